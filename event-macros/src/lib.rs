@@ -1,0 +1,21 @@
+//! The `#[derive(DomainEvent)]` macro.
+//!
+//! Use it through `event_core` (`use event_core::DomainEvent;`): the generated code refers to the
+//! runtime by absolute paths into that crate. The derive works in three stages, one module each:
+//! [`ast`] reads the input into a model and collects every error it finds, [`template`] parses the
+//! `event_no` template, and [`expand`] writes the impl.
+
+mod ast;
+mod case;
+mod ctxt;
+mod expand;
+mod template;
+
+use proc_macro::TokenStream;
+
+/// Derives `event_core::DomainEvent`. See the `event_core::DomainEvent` documentation.
+#[proc_macro_derive(DomainEvent, attributes(domain_event))]
+pub fn derive_domain_event(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    expand::derive(&input).into()
+}

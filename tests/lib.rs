@@ -1,0 +1,8 @@
+//! Cross-crate tests of the workspace and the fixtures they share.
+//!
+//! The README's Rust examples are compiled and run here as doctests, so the quick start cannot
+//! drift from the code.
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

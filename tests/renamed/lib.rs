@@ -1,0 +1,1 @@
+//! Holds the renamed-runtime trybuild case; see `tests/ui/pass/renamed`.

@@ -1,0 +1,10 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+struct OrderPaid<T> {
+    order_id: String,
+    amount: T,
+}
+
+fn main() {}

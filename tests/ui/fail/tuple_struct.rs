@@ -1,0 +1,7 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+struct OrderPaid(String, i64);
+
+fn main() {}

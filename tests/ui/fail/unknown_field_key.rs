@@ -1,0 +1,10 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+struct OrderPaid {
+    #[domain_event(aggregate)]
+    order_id: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+#[domain_event(version = 4294967296)]
+struct OrderPaid {
+    order_id: String,
+}
+
+fn main() {}
