@@ -3,6 +3,8 @@
 //! The README's Rust examples are compiled and run here as doctests, so the quick start cannot
 //! drift from the code.
 
+pub mod fixtures;
+
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

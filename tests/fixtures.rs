@@ -1,0 +1,117 @@
+//! A small order domain used across the tests.
+
+use event_core::{Aggregate, DomainEvent, RecordError, RecordedEvents};
+use serde::{Deserialize, Serialize};
+
+/// An order was placed. No template: the unit of work assigns the event number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+#[domain_event(aggregate = "ORDER")]
+pub struct OrderPlaced {
+    /// The order.
+    #[domain_event(aggregate_id)]
+    pub order_id: String,
+    /// The total, in minor units.
+    pub amount_minor: i64,
+}
+
+/// An order was paid; the template makes the event number the business identity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+#[domain_event(event_type = "ORDER_PAID", version = 2, aggregate = "ORDER", event_no = "ORDER_PAID:{order_id}")]
+pub struct OrderPaid {
+    /// The order.
+    #[domain_event(aggregate_id)]
+    pub order_id: String,
+    /// The amount paid, in minor units.
+    pub amount_minor: i64,
+    /// ISO 4217 currency code.
+    pub currency: String,
+}
+
+/// A payment was captured: an event of another aggregate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+#[domain_event(aggregate = "PAYMENT")]
+pub struct PaymentCaptured {
+    /// The payment.
+    #[domain_event(aggregate_id)]
+    pub payment_id: String,
+}
+
+/// An event that names no aggregate: it can be recorded on any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
+pub struct NoteAdded {
+    /// The note.
+    pub text: String,
+}
+
+/// The order aggregate.
+#[derive(Debug)]
+pub struct Order {
+    /// The order id.
+    pub id: String,
+    /// Whether it was paid.
+    pub paid: bool,
+    /// Its recorded events.
+    pub events: RecordedEvents,
+}
+
+impl Aggregate for Order {
+    const AGGREGATE_TYPE: &'static str = "ORDER";
+
+    fn aggregate_id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn recorded_events(&mut self) -> &mut RecordedEvents {
+        &mut self.events
+    }
+}
+
+impl Order {
+    /// Places a new order.
+    pub fn place(id: &str, amount_minor: i64) -> Result<Order, RecordError> {
+        let mut order = Order {
+            id: id.to_owned(),
+            paid: false,
+            events: RecordedEvents::new(),
+        };
+        order.record(OrderPlaced {
+            order_id: id.to_owned(),
+            amount_minor,
+        })?;
+        Ok(order)
+    }
+
+    /// Pays the order; paying twice records nothing the second time.
+    pub fn pay(&mut self, amount_minor: i64) -> Result<(), RecordError> {
+        if self.paid {
+            return Ok(());
+        }
+        self.paid = true;
+        self.record(OrderPaid {
+            order_id: self.id.clone(),
+            amount_minor,
+            currency: "EUR".to_owned(),
+        })
+    }
+}
+
+/// The payment aggregate.
+#[derive(Debug)]
+pub struct Payment {
+    /// The payment id.
+    pub id: String,
+    /// Its recorded events.
+    pub events: RecordedEvents,
+}
+
+impl Aggregate for Payment {
+    const AGGREGATE_TYPE: &'static str = "PAYMENT";
+
+    fn aggregate_id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn recorded_events(&mut self) -> &mut RecordedEvents {
+        &mut self.events
+    }
+}
