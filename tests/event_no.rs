@@ -40,7 +40,11 @@ fn long_renderings_are_pinned() {
         ),
     ];
     for (text, expected) in cases {
-        assert_eq!(EventNo::from_rendered(&text).as_str(), expected, "for {text:?}");
+        assert_eq!(
+            EventNo::from_rendered(&text).as_str(),
+            expected,
+            "for {text:?}"
+        );
     }
 }
 
@@ -51,7 +55,10 @@ fn no_collisions_among_100k_distinct_inputs() {
     let mut seen = HashSet::with_capacity(100_000);
     for i in 0..100_000u32 {
         let text = if i % 2 == 0 {
-            format!("ORDER_PAID:ORDER:{}:{i}", "customer-with-a-long-identifier-".repeat(2))
+            format!(
+                "ORDER_PAID:ORDER:{}:{i}",
+                "customer-with-a-long-identifier-".repeat(2)
+            )
         } else {
             format!("ORDER_PAID:{i}")
         };

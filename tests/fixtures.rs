@@ -16,7 +16,12 @@ pub struct OrderPlaced {
 
 /// An order was paid; the template makes the event number the business identity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
-#[domain_event(event_type = "ORDER_PAID", version = 2, aggregate = "ORDER", event_no = "ORDER_PAID:{order_id}")]
+#[domain_event(
+    event_type = "ORDER_PAID",
+    version = 2,
+    aggregate = "ORDER",
+    event_no = "ORDER_PAID:{order_id}"
+)]
 pub struct OrderPaid {
     /// The order.
     #[domain_event(aggregate_id)]

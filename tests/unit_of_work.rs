@@ -1,9 +1,7 @@
 //! Aggregates and the unit of work: numbering, stamping, hand-over on commit, and the errors.
 
 use chrono::{TimeZone, Utc};
-use event_core::{
-    Aggregate, DomainEvent, EventContext, RecordError, RecordedEvents, UnitOfWork,
-};
+use event_core::{Aggregate, DomainEvent, EventContext, RecordError, RecordedEvents, UnitOfWork};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, Payment, PaymentCaptured};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -26,13 +24,19 @@ fn numbers_events_per_aggregate_from_the_loaded_version() {
         events: RecordedEvents::loaded_at(7),
     };
     order.pay(100).unwrap();
-    order.record(NoteAdded { text: "gift".into() }).unwrap();
+    order
+        .record(NoteAdded {
+            text: "gift".into(),
+        })
+        .unwrap();
     let mut payment = Payment {
         id: "p-9".into(),
         events: RecordedEvents::new(),
     };
     payment
-        .record(PaymentCaptured { payment_id: "p-9".into() })
+        .record(PaymentCaptured {
+            payment_id: "p-9".into(),
+        })
         .unwrap();
 
     let mut uow = UnitOfWork::new(context());
@@ -78,13 +82,22 @@ fn stamps_time_trace_and_headers() {
         Utc.with_ymd_and_hms(2026, 5, 13, 10, 0, 0).unwrap()
             + chrono::TimeDelta::microseconds(123_456)
     );
-    assert_eq!(envelope.trace_id.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+    assert_eq!(
+        envelope.trace_id.as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736")
+    );
     assert_eq!(envelope.headers.traceparent.as_deref(), Some(TRACEPARENT));
     assert_eq!(envelope.headers.tenant_id.as_deref(), Some("acme"));
-    assert_eq!(envelope.headers.correlation_id.as_deref(), Some("checkout-7"));
+    assert_eq!(
+        envelope.headers.correlation_id.as_deref(),
+        Some("checkout-7")
+    );
     assert_eq!(envelope.headers.causation_id.as_deref(), Some("cmd-1"));
     assert_eq!(envelope.headers.source.as_deref(), Some("order-service"));
-    assert_eq!(envelope.headers.extra.get("channel").map(String::as_str), Some("web"));
+    assert_eq!(
+        envelope.headers.extra.get("channel").map(String::as_str),
+        Some("web")
+    );
     assert_eq!(envelope.event_type, OrderPlaced::EVENT_TYPE);
     assert_eq!(envelope.event_version, 1);
 }
@@ -120,14 +133,23 @@ fn collecting_twice_continues_the_numbering() {
 fn recording_on_the_wrong_aggregate_type_is_an_error() {
     let mut order = Order::place("o-5", 1).unwrap();
     let err = order
-        .record(PaymentCaptured { payment_id: "o-5".into() })
+        .record(PaymentCaptured {
+            payment_id: "o-5".into(),
+        })
         .unwrap_err();
     assert!(matches!(
         err,
-        RecordError::AggregateTypeMismatch { declared: "PAYMENT", aggregate: "ORDER", .. }
+        RecordError::AggregateTypeMismatch {
+            declared: "PAYMENT",
+            aggregate: "ORDER",
+            ..
+        }
     ));
     let message = err.to_string();
-    assert!(message.contains("PAYMENT") && message.contains("record it on a `PAYMENT` aggregate"), "{message}");
+    assert!(
+        message.contains("PAYMENT") && message.contains("record it on a `PAYMENT` aggregate"),
+        "{message}"
+    );
     assert_eq!(order.events.pending_len(), 1, "nothing recorded on error");
 }
 
@@ -135,9 +157,16 @@ fn recording_on_the_wrong_aggregate_type_is_an_error() {
 fn recording_an_event_of_another_aggregate_id_is_an_error() {
     let mut order = Order::place("o-6", 1).unwrap();
     let err = order
-        .record(OrderPaid { order_id: "o-999".into(), amount_minor: 1, currency: "EUR".into() })
+        .record(OrderPaid {
+            order_id: "o-999".into(),
+            amount_minor: 1,
+            currency: "EUR".into(),
+        })
         .unwrap_err();
-    assert!(matches!(err, RecordError::AggregateIdMismatch { .. }), "{err}");
+    assert!(
+        matches!(err, RecordError::AggregateIdMismatch { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -151,7 +180,10 @@ fn invalid_aggregate_ids_are_rejected_and_nothing_is_taken() {
         order.record(NoteAdded { text: "n".into() }).unwrap();
         let mut uow = UnitOfWork::new(EventContext::new("s"));
         let err = uow.collect(&mut order).unwrap_err();
-        assert!(matches!(err, RecordError::InvalidAggregateId { .. }), "{err}");
+        assert!(
+            matches!(err, RecordError::InvalidAggregateId { .. }),
+            "{err}"
+        );
         assert_eq!(order.events.pending_len(), 1);
         assert_eq!(order.events.version(), 0);
         assert!(uow.is_empty());
@@ -167,12 +199,18 @@ fn an_empty_rendered_event_no_is_rejected() {
     };
     order.id = "o-7".into();
     // A template whose only field is empty renders an empty idempotency key.
-    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, event_core::DomainEvent)]
+    #[derive(
+        serde::Serialize, serde::Deserialize, schemars::JsonSchema, event_core::DomainEvent,
+    )]
     #[domain_event(event_no = "{reference}")]
     struct Referenced {
         reference: String,
     }
-    order.record(Referenced { reference: String::new() }).unwrap();
+    order
+        .record(Referenced {
+            reference: String::new(),
+        })
+        .unwrap();
     let mut uow = UnitOfWork::new(EventContext::new("s"));
     let err = uow.collect(&mut order).unwrap_err();
     assert!(matches!(err, RecordError::EmptyEventNo { .. }), "{err}");
@@ -187,10 +225,19 @@ fn caused_by_carries_correlation_causation_and_trace() {
     let cause = uow.commit().remove(0);
 
     let follow_up = EventContext::caused_by("invoice-service", &cause);
-    assert_eq!(follow_up.headers().causation_id.as_deref(), Some(cause.event_id.as_str()));
-    assert_eq!(follow_up.headers().correlation_id.as_deref(), Some("checkout-7"));
+    assert_eq!(
+        follow_up.headers().causation_id.as_deref(),
+        Some(cause.event_id.as_str())
+    );
+    assert_eq!(
+        follow_up.headers().correlation_id.as_deref(),
+        Some("checkout-7")
+    );
     assert_eq!(follow_up.headers().tenant_id.as_deref(), Some("acme"));
-    assert_eq!(follow_up.headers().traceparent.as_deref(), Some(TRACEPARENT));
+    assert_eq!(
+        follow_up.headers().traceparent.as_deref(),
+        Some(TRACEPARENT)
+    );
     assert_eq!(follow_up.source(), "invoice-service");
 }
 

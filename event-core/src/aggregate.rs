@@ -152,7 +152,9 @@ impl RecordedEvents {
 #[non_exhaustive]
 pub enum RecordError {
     /// The event declares an aggregate type other than the aggregate it was recorded on.
-    #[error("`{event_type}` belongs to aggregate `{declared}` but was recorded on a `{aggregate}`: record it on a `{declared}` aggregate, or change its `aggregate` attribute")]
+    #[error(
+        "`{event_type}` belongs to aggregate `{declared}` but was recorded on a `{aggregate}`: record it on a `{declared}` aggregate, or change its `aggregate` attribute"
+    )]
     AggregateTypeMismatch {
         /// The event type.
         event_type: &'static str,
@@ -162,7 +164,9 @@ pub enum RecordError {
         aggregate: &'static str,
     },
     /// The event's aggregate id field differs from the aggregate's id.
-    #[error("`{event_type}` carries aggregate id `{carried}` but was recorded on aggregate `{aggregate_id}`: record it on the aggregate it names")]
+    #[error(
+        "`{event_type}` carries aggregate id `{carried}` but was recorded on aggregate `{aggregate_id}`: record it on the aggregate it names"
+    )]
     AggregateIdMismatch {
         /// The event type.
         event_type: &'static str,
@@ -181,7 +185,9 @@ pub enum RecordError {
         source: serde_json::Error,
     },
     /// The aggregate's id is empty or longer than the column allows.
-    #[error("aggregate `{aggregate_type}` has id `{aggregate_id}`, which is {problem}: aggregate ids are 1 to 64 bytes")]
+    #[error(
+        "aggregate `{aggregate_type}` has id `{aggregate_id}`, which is {problem}: aggregate ids are 1 to 64 bytes"
+    )]
     InvalidAggregateId {
         /// The aggregate type.
         aggregate_type: &'static str,
@@ -191,7 +197,9 @@ pub enum RecordError {
         problem: &'static str,
     },
     /// The event_no template rendered an empty string.
-    #[error("the event_no of `{event_type}` rendered empty: its template fields must not all be empty, since the event number is the idempotency key")]
+    #[error(
+        "the event_no of `{event_type}` rendered empty: its template fields must not all be empty, since the event number is the idempotency key"
+    )]
     EmptyEventNo {
         /// The event type.
         event_type: &'static str,

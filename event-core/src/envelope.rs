@@ -30,6 +30,10 @@ use crate::{DomainEvent, EventNo, event::schema_settings};
 /// [`EventEnvelope::json_schema`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(
+    title = "EventEnvelope",
+    description = "A domain event with its metadata: the JSON shape every transport and table carries. eventId is the idempotency key consumers deduplicate on."
+)]
 pub struct EventEnvelope {
     /// The event number, the idempotency key consumers deduplicate on.
     pub event_id: EventNo,
@@ -83,7 +87,9 @@ pub struct EventHeaders {
 #[non_exhaustive]
 pub enum DecodeError {
     /// The envelope holds another event type.
-    #[error("cannot decode a `{found}` event as `{expected}`: dispatch on `eventType` before decoding")]
+    #[error(
+        "cannot decode a `{found}` event as `{expected}`: dispatch on `eventType` before decoding"
+    )]
     TypeMismatch {
         /// The type asked for.
         expected: &'static str,
@@ -91,7 +97,9 @@ pub enum DecodeError {
         found: String,
     },
     /// The envelope holds another version of the event type.
-    #[error("cannot decode `{event_type}` version {found} as version {expected}: register an upcaster from v{found} or decode with the type of that version")]
+    #[error(
+        "cannot decode `{event_type}` version {found} as version {expected}: register an upcaster from v{found} or decode with the type of that version"
+    )]
     VersionMismatch {
         /// The event type.
         event_type: &'static str,
@@ -101,7 +109,9 @@ pub enum DecodeError {
         found: u32,
     },
     /// The payload does not match the type.
-    #[error("the payload of `{event_type}` v{version} (event {event_id}) does not match its type: {source}")]
+    #[error(
+        "the payload of `{event_type}` v{version} (event {event_id}) does not match its type: {source}"
+    )]
     Payload {
         /// The event type.
         event_type: &'static str,

@@ -18,7 +18,9 @@ pub struct Traceparent(String);
 
 /// Why a `traceparent` value was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid traceparent `{value}`: {reason}; expected `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>` (W3C Trace Context)")]
+#[error(
+    "invalid traceparent `{value}`: {reason}; expected `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>` (W3C Trace Context)"
+)]
 pub struct TraceparentError {
     value: String,
     reason: &'static str,
@@ -49,24 +51,34 @@ impl FromStr for Traceparent {
             return Err(fail("it does not have four `-`-separated parts"));
         };
         let lower_hex = |s: &str, len: usize| {
-            s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            s.len() == len
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         };
         if !lower_hex(version, 2) || version == "ff" {
-            return Err(fail("the version is not two lowercase hex digits other than ff"));
+            return Err(fail(
+                "the version is not two lowercase hex digits other than ff",
+            ));
         }
         if version == "00" && parts.len() != 4 {
             return Err(fail("version 00 has exactly four parts"));
         }
         if !lower_hex(trace_id, 32) || trace_id.bytes().all(|b| b == b'0') {
-            return Err(fail("the trace id is not 32 lowercase hex digits, not all zero"));
+            return Err(fail(
+                "the trace id is not 32 lowercase hex digits, not all zero",
+            ));
         }
         if !lower_hex(parent_id, 16) || parent_id.bytes().all(|b| b == b'0') {
-            return Err(fail("the parent id is not 16 lowercase hex digits, not all zero"));
+            return Err(fail(
+                "the parent id is not 16 lowercase hex digits, not all zero",
+            ));
         }
         if !lower_hex(flags, 2) {
             return Err(fail("the flags are not two lowercase hex digits"));
         }
-        Ok(Traceparent(format!("{version}-{trace_id}-{parent_id}-{flags}")))
+        Ok(Traceparent(format!(
+            "{version}-{trace_id}-{parent_id}-{flags}"
+        )))
     }
 }
 

@@ -236,7 +236,8 @@ impl UnitOfWork {
     /// was handed over compare equal.
     fn occurred_at(&self) -> DateTime<Utc> {
         let now = self.context.occurred_at.unwrap_or_else(Utc::now);
-        now.duration_trunc(TimeDelta::microseconds(1)).unwrap_or(now)
+        now.duration_trunc(TimeDelta::microseconds(1))
+            .unwrap_or(now)
     }
 }
 
@@ -254,4 +255,3 @@ fn check_aggregate_id(aggregate_type: &'static str, id: &str) -> Result<(), Reco
         problem,
     })
 }
-

@@ -298,7 +298,10 @@ fn duplicate_key(meta: &ParseNestedMeta<'_>, cx: &mut Ctxt) -> syn::Result<()> {
         .path
         .get_ident()
         .map_or_else(String::new, Ident::to_string);
-    cx.error_spanned_by(&meta.path, format!("duplicate domain_event key `{key}`: give it once"));
+    cx.error_spanned_by(
+        &meta.path,
+        format!("duplicate domain_event key `{key}`: give it once"),
+    );
     Ok(())
 }
 
@@ -319,7 +322,10 @@ fn string_value(
     cx: &mut Ctxt,
 ) -> syn::Result<Option<LitStr>> {
     if !meta.input.peek(Token![=]) {
-        cx.error_spanned_by(&meta.path, format!("`{key}` needs a value: {key} = {example}"));
+        cx.error_spanned_by(
+            &meta.path,
+            format!("`{key}` needs a value: {key} = {example}"),
+        );
         skip_value(meta)?;
         return Ok(None);
     }
@@ -358,12 +364,21 @@ fn version_value(meta: &ParseNestedMeta<'_>, cx: &mut Ctxt) -> syn::Result<Optio
         let lit: LitInt = value.parse()?;
         return match lit.base10_parse::<u32>() {
             Ok(0) => {
-                cx.error_spanned_by(&lit, "event versions start at 1: write version = 1 or higher");
+                cx.error_spanned_by(
+                    &lit,
+                    "event versions start at 1: write version = 1 or higher",
+                );
                 Ok(None)
             }
             Ok(version) if lit.suffix().is_empty() || lit.suffix() == "u32" => Ok(Some(version)),
             Ok(_) => {
-                cx.error_spanned_by(&lit, format!("version takes a plain integer; remove the `{}` suffix", lit.suffix()));
+                cx.error_spanned_by(
+                    &lit,
+                    format!(
+                        "version takes a plain integer; remove the `{}` suffix",
+                        lit.suffix()
+                    ),
+                );
                 Ok(None)
             }
             Err(_) => {
@@ -375,7 +390,10 @@ fn version_value(meta: &ParseNestedMeta<'_>, cx: &mut Ctxt) -> syn::Result<Optio
     let span: Span = value.span();
     let hint = if value.peek(LitStr) {
         let lit: LitStr = value.parse()?;
-        format!("version must be an integer literal, not a string: write version = {}", lit.value())
+        format!(
+            "version must be an integer literal, not a string: write version = {}",
+            lit.value()
+        )
     } else {
         "version must be an integer literal, e.g. version = 2".to_owned()
     };

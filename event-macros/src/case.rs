@@ -31,13 +31,17 @@ pub(crate) fn check_type_name(value: &str) -> Result<(), String> {
         }
         Some(_) => {}
     }
-    if let Some(bad) = chars.find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+    if let Some(bad) = chars.find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
         return Err(format!(
             "contains `{bad}`; only ASCII letters, digits, `_`, `.` and `-` are allowed"
         ));
     }
     if value.len() > 64 {
-        return Err(format!("is {} characters long; the limit is 64", value.len()));
+        return Err(format!(
+            "is {} characters long; the limit is 64",
+            value.len()
+        ));
     }
     Ok(())
 }

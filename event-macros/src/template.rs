@@ -32,19 +32,25 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, String> {
                         break;
                     }
                     if n == '{' {
-                        return Err(format!("unbalanced braces in the event_no template: `{{` at byte {at} is not closed before the next `{{`; close it with `}}`, or write `{{{{` for a literal brace"));
+                        return Err(format!(
+                            "unbalanced braces in the event_no template: `{{` at byte {at} is not closed before the next `{{`; close it with `}}`, or write `{{{{` for a literal brace"
+                        ));
                     }
                     name.push(n);
                 }
                 if !closed {
-                    return Err(format!("unbalanced braces in the event_no template: `{{` at byte {at} is never closed; close it with `}}`, or write `{{{{` for a literal brace"));
+                    return Err(format!(
+                        "unbalanced braces in the event_no template: `{{` at byte {at} is never closed; close it with `}}`, or write `{{{{` for a literal brace"
+                    ));
                 }
                 let name = name.trim();
                 if name.is_empty() {
                     return Err("empty `{}` in the event_no template: name a field inside the braces, e.g. `{order_id}`".to_owned());
                 }
                 if !is_identifier(name) {
-                    return Err(format!("`{{{name}}}` in the event_no template is not a field name: placeholders name a field of this struct, e.g. `{{order_id}}`; format specs are not supported"));
+                    return Err(format!(
+                        "`{{{name}}}` in the event_no template is not a field name: placeholders name a field of this struct, e.g. `{{order_id}}`; format specs are not supported"
+                    ));
                 }
                 if !literal.is_empty() {
                     segments.push(Segment::Literal(std::mem::take(&mut literal)));
@@ -57,7 +63,9 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, String> {
                 literal.push('}');
             }
             '}' => {
-                return Err(format!("unbalanced braces in the event_no template: `}}` at byte {at} has no opening `{{`; remove it, or write `}}}}` for a literal brace"));
+                return Err(format!(
+                    "unbalanced braces in the event_no template: `}}` at byte {at} has no opening `{{`; remove it, or write `}}}}` for a literal brace"
+                ));
             }
             other => literal.push(other),
         }
@@ -71,9 +79,7 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, String> {
 fn is_identifier(name: &str) -> bool {
     let name = name.strip_prefix("r#").unwrap_or(name);
     let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_alphabetic())
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
         && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
@@ -102,7 +108,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_templates() {
-        for bad in ["", "{", "a{b", "}", "a}b", "{}", "{ }", "{a{b}}", "{a:?}", "{0}"] {
+        for bad in [
+            "", "{", "a{b", "}", "a}b", "{}", "{ }", "{a{b}}", "{a:?}", "{0}",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }
