@@ -1,0 +1,517 @@
+//! `impl_backend!`: the statements of [`Backend`](super::Backend), written once and expanded for
+//! each database with its concrete types.
+
+macro_rules! impl_backend {
+    ($module:ident, $db:ty, $dialect:expr, id = $id:ty, status = $status:ty, $migrations:literal) => {
+        mod $module {
+        use std::future::Future;
+
+        use chrono::{DateTime, Utc};
+        use sqlx::Pool;
+
+        use super::imp::status_of;
+        use super::{Backend, Claim, Dialect, Failure, Select};
+        use crate::record::{NewOutboxRow, OutboxRecord};
+        use crate::{EventStatus, TableName};
+
+        impl super::sealed::Sealed for $db {}
+
+        impl Backend for $db {
+            const DIALECT: Dialect = $dialect;
+
+            fn migrate<'a>(
+                pool: &'a Pool<$db>,
+            ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'a {
+                async move {
+                    let mut migrator = sqlx::migrate!($migrations);
+                    // Our own history table: the application's `_sqlx_migrations` is left alone,
+                    // and its migrations do not look missing to us (nor ours to it).
+                    migrator.dangerous_set_table_name("event_toolkit_migrations");
+                    migrator.set_ignore_missing(true);
+                    migrator.run(pool).await
+                }
+            }
+
+            fn insert_outbox<'a>(
+                conn: &'a mut <$db as sqlx::Database>::Connection,
+                table: &'a TableName,
+                rows: &'a [NewOutboxRow],
+            ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::{QueryBuilder, Row};
+                    let mut inserted = Vec::with_capacity(rows.len());
+                    for chunk in rows.chunks(super::ROWS_PER_INSERT) {
+                        let mut chunk: Vec<&NewOutboxRow> = chunk.iter().collect();
+                        if Self::DIALECT == Dialect::MySql {
+                            // No RETURNING on MySQL: find the duplicates first, then insert the
+                            // rest with a plain INSERT, so that a conflict on the aggregate
+                            // sequence is an error and never silently absorbed.
+                            let mut q = QueryBuilder::<$db>::new(format!(
+                                "SELECT event_no FROM {table} WHERE event_no IN ("
+                            ));
+                            let mut list = q.separated(", ");
+                            for row in &chunk {
+                                list.push_bind(row.event_no.as_str());
+                            }
+                            q.push(")");
+                            let existing: Vec<String> = q
+                                .build()
+                                .fetch_all(&mut *conn)
+                                .await?
+                                .iter()
+                                .map(|r| r.try_get::<String, _>(0))
+                                .collect::<Result<_, _>>()?;
+                            chunk.retain(|row| !existing.contains(&row.event_no));
+                            if chunk.is_empty() {
+                                continue;
+                            }
+                        }
+                        let mut q = QueryBuilder::<$db>::new(format!(
+                            "INSERT INTO {table} ({}) ",
+                            super::INSERT_COLUMNS
+                        ));
+                        q.push_values(chunk.iter(), |mut b, row| {
+                            b.push_bind(row.event_no.as_str())
+                                .push_bind(row.aggregate_type.as_str())
+                                .push_bind(row.aggregate_id.as_str())
+                                .push_bind(row.aggregate_sequence)
+                                .push_bind(row.event_type.as_str())
+                                .push_bind(row.event_version)
+                                .push_bind(row.event_source.as_str())
+                                .push_bind(row.publish_channel.as_str())
+                                .push_bind(row.topic.as_deref())
+                                .push_bind(row.routing_key.as_deref())
+                                .push_bind(sqlx::types::Json(&row.event_payload))
+                                .push_bind(sqlx::types::Json(&row.event_headers))
+                                .push_bind(0_i16)
+                                .push_bind(0_i32)
+                                .push_bind(row.max_retry_count)
+                                .push_bind(row.trace_id.as_deref())
+                                .push_bind(row.create_time)
+                                .push_bind(row.create_time);
+                        });
+                        if Self::DIALECT == Dialect::MySql {
+                            q.build().execute(&mut *conn).await?;
+                            inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
+                        } else {
+                            q.push(" ON CONFLICT (event_no) DO NOTHING RETURNING event_no");
+                            for r in q.build().fetch_all(&mut *conn).await? {
+                                inserted.push(r.try_get::<String, _>(0)?);
+                            }
+                        }
+                    }
+                    Ok(inserted)
+                }
+            }
+
+            fn aggregate_version<'a>(
+                conn: &'a mut <$db as sqlx::Database>::Connection,
+                table: &'a TableName,
+                aggregate_type: &'a str,
+                aggregate_id: &'a str,
+            ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::{QueryBuilder, Row};
+                    let mut q = QueryBuilder::<$db>::new(format!(
+                        "SELECT MAX(aggregate_sequence) FROM {table} WHERE aggregate_type = "
+                    ));
+                    q.push_bind(aggregate_type)
+                        .push(" AND aggregate_id = ")
+                        .push_bind(aggregate_id);
+                    let row = q.build().fetch_one(&mut *conn).await?;
+                    Ok(row.try_get::<Option<i64>, _>(0)?.unwrap_or(0))
+                }
+            }
+
+            fn claim<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                claim: &'a Claim<'a>,
+            ) -> impl Future<Output = Result<Vec<OutboxRecord>, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::QueryBuilder;
+                    let ordering = if claim.ordered {
+                        super::NO_EARLIER_UNPUBLISHED.replace("{t}", table.as_str())
+                    } else {
+                        String::new()
+                    };
+                    let candidates = |q: &mut QueryBuilder<$db>| {
+                        q.push(format!(" FROM {table} o WHERE {}", super::CLAIMABLE));
+                        q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
+                            .push_bind(claim.now)
+                            .push(")");
+                        q.push(ordering.as_str());
+                        q.push(super::CLAIM_ORDER);
+                        q.push(" LIMIT ").push_bind(claim.limit);
+                    };
+                    let set_claimed = |q: &mut QueryBuilder<$db>| {
+                        q.push(format!("UPDATE {table} SET publish_status = 1, locked_by = "));
+                        q.push_bind(claim.relay_id)
+                            .push(", lock_until = ")
+                            .push_bind(claim.lease_until)
+                            .push(", last_publish_time = ")
+                            .push_bind(claim.now)
+                            .push(", version = version + 1, update_time = ")
+                            .push_bind(claim.now);
+                    };
+                    let mut records = match Self::DIALECT {
+                        Dialect::Postgres | Dialect::Sqlite => {
+                            // One statement: pick and lease the batch, return the rows.
+                            let mut q = QueryBuilder::<$db>::new("");
+                            set_claimed(&mut q);
+                            q.push(" WHERE publish_status IN (0, 3) AND id IN (SELECT o.id");
+                            candidates(&mut q);
+                            if Self::DIALECT == Dialect::Postgres {
+                                q.push(" FOR UPDATE SKIP LOCKED");
+                            }
+                            q.push(format!(") RETURNING {}", super::COLUMNS));
+                            let rows = q.build().fetch_all(pool).await?;
+                            rows.iter().map(decode_record).collect::<Result<Vec<_>, _>>()?
+                        }
+                        Dialect::MySql => {
+                            // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short
+                            // transaction; the rows are patched in memory, not read again.
+                            let mut tx = pool.begin().await?;
+                            let mut q = QueryBuilder::<$db>::new(format!(
+                                "SELECT {}",
+                                super::COLUMNS
+                            ));
+                            candidates(&mut q);
+                            q.push(" FOR UPDATE SKIP LOCKED");
+                            let rows = q.build().fetch_all(&mut *tx).await?;
+                            let mut records =
+                                rows.iter().map(decode_record).collect::<Result<Vec<_>, _>>()?;
+                            if !records.is_empty() {
+                                let mut q = QueryBuilder::<$db>::new("");
+                                set_claimed(&mut q);
+                                q.push(" WHERE publish_status IN (0, 3) AND id IN (");
+                                let mut list = q.separated(", ");
+                                for record in &records {
+                                    list.push_bind(record.id);
+                                }
+                                q.push(")");
+                                q.build().execute(&mut *tx).await?;
+                                for record in &mut records {
+                                    record.publish_status = EventStatus::InProgress;
+                                    record.locked_by = Some(claim.relay_id.to_owned());
+                                    record.lock_until = Some(claim.lease_until);
+                                    record.last_publish_time = Some(claim.now);
+                                    record.version += 1;
+                                    record.update_time = claim.now;
+                                }
+                            }
+                            tx.commit().await?;
+                            records
+                        }
+                    };
+                    records.sort_by_key(|r| r.id);
+                    Ok(records)
+                }
+            }
+
+            fn mark_published<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                relay_id: &'a str,
+                ids: &'a [i64],
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    if ids.is_empty() {
+                        return Ok(0);
+                    }
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "UPDATE {table} SET publish_status = 2, published_time = "
+                    ));
+                    q.push_bind(now)
+                        .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
+                        .push_bind(now)
+                        .push(" WHERE deleted = 0 AND publish_status = 1 AND locked_by = ")
+                        .push_bind(relay_id)
+                        .push(" AND id IN (");
+                    let mut list = q.separated(", ");
+                    for id in ids {
+                        list.push_bind(*id);
+                    }
+                    q.push(")");
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
+            fn mark_failed<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                relay_id: &'a str,
+                failures: &'a [Failure],
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    if failures.is_empty() {
+                        return Ok(0);
+                    }
+                    // The seed's write, for a whole batch: each row gets its own next retry time
+                    // and reason through CASE. Rows already at their retry limit stay failed
+                    // without counting further (the second pass).
+                    let mut affected = 0;
+                    for with_retries_left in [true, false] {
+                        let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                            "UPDATE {table} SET publish_status = 3"
+                        ));
+                        if with_retries_left {
+                            q.push(", retry_count = retry_count + 1");
+                        }
+                        q.push(", next_retry_time = CASE id");
+                        for f in failures {
+                            q.push(" WHEN ").push_bind(f.id).push(" THEN ").push_bind(f.next_retry_time);
+                        }
+                        q.push(" END, fail_reason = CASE id");
+                        for f in failures {
+                            q.push(" WHEN ").push_bind(f.id).push(" THEN ").push_bind(f.reason.as_str());
+                        }
+                        q.push(" END, locked_by = NULL, lock_until = NULL, update_time = ")
+                            .push_bind(now)
+                            .push(" WHERE deleted = 0 AND publish_status = 1 AND locked_by = ")
+                            .push_bind(relay_id)
+                            .push(if with_retries_left {
+                                " AND retry_count < max_retry_count"
+                            } else {
+                                " AND retry_count >= max_retry_count"
+                            })
+                            .push(" AND id IN (");
+                        let mut list = q.separated(", ");
+                        for f in failures {
+                            list.push_bind(f.id);
+                        }
+                        q.push(")");
+                        affected += q.build().execute(pool).await?.rows_affected();
+                    }
+                    Ok(affected)
+                }
+            }
+
+            fn cancel_exhausted<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                ids: &'a [i64],
+                reason: &'a str,
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    if ids.is_empty() {
+                        return Ok(0);
+                    }
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "UPDATE {table} SET publish_status = 4, fail_reason = "
+                    ));
+                    q.push_bind(reason)
+                        .push(", update_time = ")
+                        .push_bind(now)
+                        .push(" WHERE deleted = 0 AND publish_status = 3 AND retry_count >= max_retry_count AND id IN (");
+                    let mut list = q.separated(", ");
+                    for id in ids {
+                        list.push_bind(*id);
+                    }
+                    q.push(")");
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
+            fn recover_expired<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                now: DateTime<Utc>,
+                retry_at: DateTime<Utc>,
+                reason: &'a str,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "UPDATE {table} SET publish_status = 3, retry_count = retry_count + 1, next_retry_time = "
+                    ));
+                    q.push_bind(retry_at)
+                        .push(", fail_reason = ")
+                        .push_bind(reason)
+                        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+                        .push_bind(now)
+                        .push(" WHERE deleted = 0 AND publish_status = 1 AND lock_until <= ")
+                        .push_bind(now);
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
+            fn select<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                select: &'a Select<'a>,
+            ) -> impl Future<Output = Result<Vec<OutboxRecord>, sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "SELECT {} FROM {table} WHERE ",
+                        super::COLUMNS
+                    ));
+                    match select {
+                        Select::Pending { limit } => {
+                            q.push("deleted = 0 AND publish_status = 0 ORDER BY create_time ASC, id ASC LIMIT ")
+                                .push_bind(*limit);
+                        }
+                        Select::DueRetries { now, limit } => {
+                            q.push("deleted = 0 AND publish_status = 3 AND retry_count < max_retry_count AND next_retry_time <= ")
+                                .push_bind(*now)
+                                .push(" ORDER BY next_retry_time ASC LIMIT ")
+                                .push_bind(*limit);
+                        }
+                        Select::LeaseExpired { now, limit } => {
+                            q.push("deleted = 0 AND publish_status = 1 AND lock_until <= ")
+                                .push_bind(*now)
+                                .push(" ORDER BY lock_until ASC LIMIT ")
+                                .push_bind(*limit);
+                        }
+                        Select::ByAggregate { aggregate_type, aggregate_id } => {
+                            q.push("deleted = 0 AND aggregate_type = ")
+                                .push_bind(*aggregate_type)
+                                .push(" AND aggregate_id = ")
+                                .push_bind(*aggregate_id)
+                                .push(" ORDER BY aggregate_sequence ASC");
+                        }
+                        Select::ByEventNo { event_no } => {
+                            q.push("event_no = ").push_bind(*event_no);
+                        }
+                        Select::FailedByTopic { topic, limit } => {
+                            q.push("deleted = 0 AND topic = ")
+                                .push_bind(*topic)
+                                .push(" AND publish_status = 3 ORDER BY update_time DESC LIMIT ")
+                                .push_bind(*limit);
+                        }
+                        Select::ManyFailures { min_retries, limit } => {
+                            q.push("deleted = 0 AND publish_status = 3 AND retry_count >= ")
+                                .push_bind(*min_retries)
+                                .push(" ORDER BY update_time DESC LIMIT ")
+                                .push_bind(*limit);
+                        }
+                        Select::Head { aggregate_type, aggregate_id } => {
+                            q.push("deleted = 0 AND publish_status IN (0, 3) AND aggregate_type = ")
+                                .push_bind(*aggregate_type)
+                                .push(" AND aggregate_id = ")
+                                .push_bind(*aggregate_id)
+                                .push(" ORDER BY aggregate_sequence ASC LIMIT 1");
+                        }
+                    }
+                    let rows = q.build().fetch_all(pool).await?;
+                    rows.iter().map(decode_record).collect()
+                }
+            }
+
+            fn status_counts<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                event_type: Option<&'a str>,
+                from: DateTime<Utc>,
+                to: DateTime<Utc>,
+            ) -> impl Future<Output = Result<Vec<(EventStatus, i64)>, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::Row;
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "SELECT publish_status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
+                    ));
+                    if let Some(event_type) = event_type {
+                        q.push(" AND event_type = ").push_bind(event_type);
+                    }
+                    q.push(" AND create_time >= ")
+                        .push_bind(from)
+                        .push(" AND create_time < ")
+                        .push_bind(to)
+                        .push(" GROUP BY publish_status ORDER BY publish_status ASC");
+                    let mut counts = Vec::new();
+                    for row in q.build().fetch_all(pool).await? {
+                        let status: $status = row.try_get(0)?;
+                        counts.push((status_of(i64::from(status))?, row.try_get::<i64, _>(1)?));
+                    }
+                    Ok(counts)
+                }
+            }
+
+            fn cancel<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                id: i64,
+                reason: &'a str,
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "UPDATE {table} SET publish_status = 4, fail_reason = "
+                    ));
+                    q.push_bind(reason)
+                        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+                        .push_bind(now)
+                        .push(" WHERE id = ")
+                        .push_bind(id)
+                        .push(" AND deleted = 0 AND publish_status IN (0, 3)");
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
+            fn retry<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                id: i64,
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    // Failed -> Pending: one more round of attempts, due now.
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "UPDATE {table} SET publish_status = 0, next_retry_time = NULL, update_time = "
+                    ));
+                    q.push_bind(now)
+                        .push(" WHERE id = ")
+                        .push_bind(id)
+                        .push(" AND deleted = 0 AND publish_status = 3");
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+        }
+
+        fn decode_record(row: &<$db as sqlx::Database>::Row) -> Result<OutboxRecord, sqlx::Error> {
+            use sqlx::Row;
+            let id: $id = row.try_get("id")?;
+            let status: $status = row.try_get("publish_status")?;
+            let payload: sqlx::types::Json<serde_json::Value> = row.try_get("event_payload")?;
+            let headers: Option<sqlx::types::Json<serde_json::Value>> =
+                row.try_get("event_headers")?;
+            Ok(OutboxRecord {
+                id: i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                event_no: row.try_get("event_no")?,
+                aggregate_type: row.try_get("aggregate_type")?,
+                aggregate_id: row.try_get("aggregate_id")?,
+                aggregate_sequence: row.try_get("aggregate_sequence")?,
+                event_type: row.try_get("event_type")?,
+                event_version: row.try_get("event_version")?,
+                event_source: row.try_get("event_source")?,
+                publish_channel: row.try_get("publish_channel")?,
+                topic: row.try_get("topic")?,
+                routing_key: row.try_get("routing_key")?,
+                event_payload: payload.0,
+                event_headers: headers.map(|h| h.0),
+                publish_status: status_of(i64::from(status))?,
+                retry_count: row.try_get("retry_count")?,
+                max_retry_count: row.try_get("max_retry_count")?,
+                next_retry_time: row.try_get("next_retry_time")?,
+                locked_by: row.try_get("locked_by")?,
+                lock_until: row.try_get("lock_until")?,
+                last_publish_time: row.try_get("last_publish_time")?,
+                published_time: row.try_get("published_time")?,
+                fail_reason: row.try_get("fail_reason")?,
+                trace_id: row.try_get("trace_id")?,
+                remark: row.try_get("remark")?,
+                version: row.try_get("version")?,
+                create_time: row.try_get("create_time")?,
+                update_time: row.try_get("update_time")?,
+            })
+        }
+        }
+    };
+}
+
+/// A stored status code, or a decode error naming the bad value.
+pub(crate) fn status_of(code: i64) -> Result<crate::EventStatus, sqlx::Error> {
+    crate::EventStatus::from_code(code).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+}

@@ -1,0 +1,255 @@
+//! Everything that touches SQL. One trait, [`Backend`], implemented for each database by one
+//! macro, so that every statement is written once with concrete sqlx types; where the databases
+//! differ (claiming, and detecting duplicates on insert) the [`Dialect`] says which SQL to use.
+//!
+//! Only validated [`TableName`]s and fixed fragments are ever placed in SQL text; every value is a
+//! bind parameter.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
+
+use crate::record::{NewOutboxRow, OutboxRecord};
+use crate::{EventStatus, TableName};
+
+#[macro_use]
+mod imp;
+
+/// The SQL dialect of a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL 8 / MariaDB 10.11.
+    MySql,
+    /// SQLite.
+    Sqlite,
+}
+
+/// A claim of a batch under a lease.
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+#[allow(unreachable_pub)] // unnameable outside: `backend` is private
+pub struct Claim<'a> {
+    pub(crate) relay_id: &'a str,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) lease_until: DateTime<Utc>,
+    pub(crate) limit: i64,
+    pub(crate) ordered: bool,
+}
+
+/// A failed publish to record.
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+#[allow(unreachable_pub)] // unnameable outside: `backend` is private
+pub struct Failure {
+    pub(crate) id: i64,
+    pub(crate) next_retry_time: DateTime<Utc>,
+    pub(crate) reason: String,
+}
+
+/// The read queries of the seed's Outbox model.
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+#[allow(unreachable_pub)] // unnameable outside: `backend` is private
+pub enum Select<'a> {
+    Pending {
+        limit: i64,
+    },
+    DueRetries {
+        now: DateTime<Utc>,
+        limit: i64,
+    },
+    LeaseExpired {
+        now: DateTime<Utc>,
+        limit: i64,
+    },
+    ByAggregate {
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+    },
+    ByEventNo {
+        event_no: &'a str,
+    },
+    FailedByTopic {
+        topic: &'a str,
+        limit: i64,
+    },
+    ManyFailures {
+        min_retries: i32,
+        limit: i64,
+    },
+    /// The earliest unpublished, unclaimed event of an aggregate (its head).
+    Head {
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+    },
+}
+
+/// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite.
+///
+/// Sealed: the SQL of each backend lives in this crate.
+pub trait Backend: sqlx::Database + sealed::Sealed {
+    /// The dialect.
+    const DIALECT: Dialect;
+
+    #[doc(hidden)]
+    fn migrate<'a>(
+        pool: &'a Pool<Self>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn insert_outbox<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a TableName,
+        rows: &'a [NewOutboxRow],
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn aggregate_version<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a TableName,
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn claim<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        claim: &'a Claim<'a>,
+    ) -> impl Future<Output = Result<Vec<OutboxRecord>, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn mark_published<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        relay_id: &'a str,
+        ids: &'a [i64],
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn mark_failed<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        relay_id: &'a str,
+        failures: &'a [Failure],
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn cancel_exhausted<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        ids: &'a [i64],
+        reason: &'a str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn recover_expired<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        now: DateTime<Utc>,
+        retry_at: DateTime<Utc>,
+        reason: &'a str,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn select<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        select: &'a Select<'a>,
+    ) -> impl Future<Output = Result<Vec<OutboxRecord>, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn status_counts<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        event_type: Option<&'a str>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<(EventStatus, i64)>, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn cancel<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        id: i64,
+        reason: &'a str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn retry<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        id: i64,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Every column, in the order rows are decoded.
+pub(crate) const COLUMNS: &str = "id, event_no, aggregate_type, aggregate_id, aggregate_sequence, \
+    event_type, event_version, event_source, publish_channel, topic, routing_key, event_payload, \
+    event_headers, publish_status, retry_count, max_retry_count, next_retry_time, locked_by, \
+    lock_until, last_publish_time, published_time, fail_reason, trace_id, remark, version, \
+    create_time, update_time";
+
+/// The columns a flush writes.
+pub(crate) const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id, \
+    aggregate_sequence, event_type, event_version, event_source, publish_channel, topic, \
+    routing_key, event_payload, event_headers, publish_status, retry_count, max_retry_count, \
+    trace_id, create_time, update_time";
+
+/// Statements are kept well under every backend's bind-parameter limit (SQLite: 32766).
+pub(crate) const ROWS_PER_INSERT: usize = 500;
+
+/// The ORDER BY of a claim: the order of `idx_status_retry_time`, so that the scan stops after
+/// `limit` rows instead of sorting the whole backlog; pending rows come out oldest first.
+pub(crate) const CLAIM_ORDER: &str =
+    " ORDER BY o.publish_status, o.next_retry_time, o.retry_count, o.id";
+
+/// What makes a row claimable (`o` is the row): pending, or failed with retries left; and due.
+pub(crate) const CLAIMABLE: &str = "o.deleted = 0 \
+    AND (o.publish_status = 0 OR (o.publish_status = 3 AND o.retry_count < o.max_retry_count))";
+
+/// Per-aggregate order: no earlier event of the same aggregate is still unpublished.
+pub(crate) const NO_EARLIER_UNPUBLISHED: &str = " AND NOT EXISTS (SELECT 1 FROM {t} p \
+    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+    AND p.aggregate_sequence < o.aggregate_sequence AND p.publish_status IN (0, 1, 3) \
+    AND p.deleted = 0)";
+
+#[cfg(feature = "postgres")]
+impl_backend!(
+    postgres,
+    sqlx::Postgres,
+    Dialect::Postgres,
+    id = i64,
+    status = i16,
+    "../migrations/postgres"
+);
+#[cfg(feature = "mysql")]
+impl_backend!(
+    mysql,
+    sqlx::MySql,
+    Dialect::MySql,
+    id = u64,
+    status = i64,
+    "../migrations/mysql"
+);
+#[cfg(feature = "sqlite")]
+impl_backend!(
+    sqlite,
+    sqlx::Sqlite,
+    Dialect::Sqlite,
+    id = i64,
+    status = i64,
+    "../migrations/sqlite"
+);

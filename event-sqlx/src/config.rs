@@ -1,0 +1,92 @@
+//! Outbox settings: tables, routes, limits.
+
+use std::collections::HashMap;
+
+use crate::TableName;
+
+/// Where an event type is published: the `publish_channel`, `topic` and `routing_key` columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The publish channel, e.g. `MQ`, `HTTP`, `EVENT_BUS` (at most 32 bytes).
+    pub channel: String,
+    /// The topic, exchange or subject (at most 128 bytes).
+    pub topic: Option<String>,
+    /// The routing key or tag (at most 128 bytes).
+    pub routing_key: Option<String>,
+}
+
+impl Route {
+    /// The route used when none is configured for an event type: channel `MQ`, topic
+    /// `<aggregate type, lowercase>.event`, routing key `<event type, lowercase, `_` as `.`>`.
+    /// `ORDER` / `ORDER_CREATED` gives `order.event` / `order.created`, as in the seed.
+    pub fn default_for(aggregate_type: &str, event_type: &str) -> Route {
+        Route {
+            channel: "MQ".to_owned(),
+            topic: Some(format!("{}.event", aggregate_type.to_ascii_lowercase())),
+            routing_key: Some(event_type.to_ascii_lowercase().replace('_', ".")),
+        }
+    }
+}
+
+/// How the outbox writes events.
+#[derive(Debug, Clone)]
+pub struct OutboxConfig {
+    pub(crate) table: TableName,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) max_retry_count: i32,
+    pub(crate) routes: HashMap<String, Route>,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            table: TableName::new("biz_outbox_event").unwrap_or_else(|_| unreachable!()),
+            max_payload_bytes: 256 * 1024,
+            max_retry_count: 5,
+            routes: HashMap::new(),
+        }
+    }
+}
+
+impl OutboxConfig {
+    /// The seed's table `biz_outbox_event`, payloads up to 256 KiB, 5 retries, default routes.
+    pub fn new() -> OutboxConfig {
+        OutboxConfig::default()
+    }
+
+    /// Uses another table, with the same columns as the migrations create.
+    pub fn table(mut self, table: TableName) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// Rejects, writing nothing, a flush with a payload larger than `bytes` (serialized JSON).
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// The `max_retry_count` written with each event.
+    pub fn max_retry_count(mut self, retries: u16) -> Self {
+        self.max_retry_count = i32::from(retries);
+        self
+    }
+
+    /// Publishes `event_type` on `route` instead of its default route.
+    pub fn route(mut self, event_type: impl Into<String>, route: Route) -> Self {
+        self.routes.insert(event_type.into(), route);
+        self
+    }
+
+    /// The table events are written to.
+    pub fn table_name(&self) -> &TableName {
+        &self.table
+    }
+
+    pub(crate) fn route_for(&self, aggregate_type: &str, event_type: &str) -> Route {
+        self.routes
+            .get(event_type)
+            .cloned()
+            .unwrap_or_else(|| Route::default_for(aggregate_type, event_type))
+    }
+}

@@ -1,0 +1,482 @@
+//! The outbox: events written in the business transaction, and the seed's queries over them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use event_core::{EventEnvelope, EventNo, UnitOfWork};
+use sqlx::{Pool, Transaction};
+use tokio::sync::Notify;
+
+use crate::backend::{Backend, Select};
+use crate::record::{FlushReport, NewOutboxRow, OutboxRecord, StatusCounts};
+use crate::{OutboxConfig, OutboxError};
+
+/// The transactional outbox on one database.
+///
+/// A repository saves its state and calls [`Outbox::commit`] with the same transaction: state and
+/// events commit together, or, when the transaction is dropped, neither does. A [`Relay`]
+/// (from [`Outbox::relay`]) then publishes the committed events.
+///
+/// [`Relay`]: crate::Relay
+pub struct Outbox<DB: Backend> {
+    pool: Pool<DB>,
+    config: Arc<OutboxConfig>,
+    wakeup: Arc<Notify>,
+}
+
+impl<DB: Backend> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Outbox {
+            pool: self.pool.clone(),
+            config: Arc::clone(&self.config),
+            wakeup: Arc::clone(&self.wakeup),
+        }
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for Outbox<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("dialect", &DB::DIALECT)
+            .field("table", &self.config.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The current time as stored: microseconds, UTC.
+pub(crate) fn now() -> DateTime<Utc> {
+    let now = Utc::now();
+    now.duration_trunc(TimeDelta::microseconds(1))
+        .unwrap_or(now)
+}
+
+impl<DB: Backend> Outbox<DB> {
+    /// The outbox over `pool`.
+    pub fn new(pool: Pool<DB>, config: OutboxConfig) -> Outbox<DB> {
+        Outbox {
+            pool,
+            config: Arc::new(config),
+            wakeup: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &OutboxConfig {
+        &self.config
+    }
+
+    /// Creates the event tables (`biz_outbox_event`, `biz_message_event`, `consumed_event`) if
+    /// they are missing. The migrations keep their own history table, `event_toolkit_migrations`,
+    /// so they live beside the application's own sqlx migrations.
+    pub async fn migrate(&self) -> Result<(), OutboxError> {
+        DB::migrate(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Writes `envelopes` to the outbox on `conn`, normally the business transaction, with one
+    /// multi-row statement per 500 events.
+    ///
+    /// An event whose event number is already in the outbox is reported in
+    /// [`FlushReport::already_recorded`] and its stored row is left exactly as it was. Every
+    /// envelope is validated before anything is written: one that is too large or does not fit
+    /// its columns fails the whole flush and nothing is written.
+    pub async fn flush(
+        &self,
+        conn: &mut DB::Connection,
+        envelopes: &[EventEnvelope],
+    ) -> Result<FlushReport, OutboxError> {
+        let mut seen = HashSet::with_capacity(envelopes.len());
+        let mut rows = Vec::with_capacity(envelopes.len());
+        let mut report = FlushReport::default();
+        for envelope in envelopes {
+            let row = self.row_for(envelope)?;
+            if seen.insert(envelope.event_id.as_str()) {
+                rows.push(row);
+            } else {
+                report.already_recorded.push(envelope.event_id.clone());
+            }
+        }
+        if rows.is_empty() {
+            return Ok(report);
+        }
+        let inserted = DB::insert_outbox(conn, &self.config.table, &rows)
+            .await
+            .map_err(|e| self.write_error(e, &rows))?;
+        let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
+        for row in &rows {
+            let no = EventNo::from_rendered(&row.event_no);
+            if inserted.contains(row.event_no.as_str()) {
+                report.recorded.push(no);
+            } else {
+                report.already_recorded.push(no);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Flushes the unit of work's events into `tx`, commits `tx`, and wakes this process's
+    /// relays. State written in `tx` and the events commit together.
+    pub async fn commit(
+        &self,
+        mut tx: Transaction<'_, DB>,
+        uow: UnitOfWork,
+    ) -> Result<FlushReport, OutboxError> {
+        let envelopes = uow.commit();
+        let report = self.flush(&mut tx, &envelopes).await?;
+        tx.commit().await.map_err(|e| self.db_error(e))?;
+        if !report.recorded.is_empty() {
+            self.notify_relays();
+        }
+        Ok(report)
+    }
+
+    /// Wakes this process's relays, e.g. after committing a flush done with [`Outbox::flush`].
+    pub fn notify_relays(&self) {
+        self.wakeup.notify_one();
+    }
+
+    pub(crate) fn wakeup(&self) -> &Arc<Notify> {
+        &self.wakeup
+    }
+
+    /// The sequence of the aggregate's last recorded event (0 when it has none): the version to
+    /// load it at (`RecordedEvents::loaded_at`).
+    pub async fn aggregate_version(
+        &self,
+        conn: &mut DB::Connection,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<u64, OutboxError> {
+        let version = DB::aggregate_version(conn, &self.config.table, aggregate_type, aggregate_id)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        Ok(u64::try_from(version).unwrap_or(0))
+    }
+
+    /// Pending events, oldest first (the seed's 查询待发布事件).
+    pub async fn pending(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::Pending {
+            limit: i64::from(limit),
+        })
+        .await
+    }
+
+    /// Failed events with retries left whose retry time has come, earliest first.
+    pub async fn due_retries(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::DueRetries {
+            now: now(),
+            limit: i64::from(limit),
+        })
+        .await
+    }
+
+    /// Events whose relay lease has expired, e.g. after a relay crashed.
+    pub async fn lease_expired(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::LeaseExpired {
+            now: now(),
+            limit: i64::from(limit),
+        })
+        .await
+    }
+
+    /// Every event of one aggregate, in sequence order.
+    pub async fn by_aggregate(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::ByAggregate {
+            aggregate_type,
+            aggregate_id,
+        })
+        .await
+    }
+
+    /// One event by its event number.
+    pub async fn by_event_no(&self, event_no: &str) -> Result<Option<OutboxRecord>, OutboxError> {
+        Ok(self
+            .select(Select::ByEventNo { event_no })
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Row counts per status for events created in `[from, to)`, of one type or all.
+    pub async fn status_counts(
+        &self,
+        event_type: Option<&str>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<StatusCounts, OutboxError> {
+        let rows = DB::status_counts(&self.pool, &self.config.table, event_type, from, to)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        let mut counts = StatusCounts::default();
+        for (status, count) in rows {
+            counts.add(status, count);
+        }
+        Ok(counts)
+    }
+
+    /// Failed events of one topic, most recently updated first.
+    pub async fn failed_by_topic(
+        &self,
+        topic: &str,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::FailedByTopic {
+            topic,
+            limit: i64::from(limit),
+        })
+        .await
+    }
+
+    /// Failed events with at least `min_retries` retries, most recently updated first.
+    pub async fn many_failures(
+        &self,
+        min_retries: u16,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.select(Select::ManyFailures {
+            min_retries: i32::from(min_retries),
+            limit: i64::from(limit),
+        })
+        .await
+    }
+
+    /// Cancels a pending or failed event; true when it was cancelled. Published, in-progress and
+    /// already cancelled events are left alone (the seed's state guard).
+    pub async fn cancel(&self, event_no: &str, reason: &str) -> Result<bool, OutboxError> {
+        let Some(record) = self.by_event_no(event_no).await? else {
+            return Ok(false);
+        };
+        let affected = DB::cancel(&self.pool, &self.config.table, record.id, reason, now())
+            .await
+            .map_err(|e| self.db_error(e))?;
+        Ok(affected == 1)
+    }
+
+    /// Puts a failed event back to pending for another round of attempts; true when it moved.
+    pub async fn retry(&self, event_no: &str) -> Result<bool, OutboxError> {
+        let Some(record) = self.by_event_no(event_no).await? else {
+            return Ok(false);
+        };
+        let affected = DB::retry(&self.pool, &self.config.table, record.id, now())
+            .await
+            .map_err(|e| self.db_error(e))?;
+        if affected == 1 {
+            self.notify_relays();
+        }
+        Ok(affected == 1)
+    }
+
+    /// Cancels the head of a blocked aggregate (its earliest pending or failed event) so that
+    /// the events after it can be published. Returns the event number skipped.
+    pub async fn skip_head(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        reason: &str,
+    ) -> Result<Option<String>, OutboxError> {
+        let head = self
+            .select(Select::Head {
+                aggregate_type,
+                aggregate_id,
+            })
+            .await?
+            .into_iter()
+            .next();
+        let Some(head) = head else {
+            return Ok(None);
+        };
+        let affected = DB::cancel(&self.pool, &self.config.table, head.id, reason, now())
+            .await
+            .map_err(|e| self.db_error(e))?;
+        if affected == 1 {
+            self.notify_relays();
+            Ok(Some(head.event_no))
+        } else {
+            Ok(None)
+        }
+    }
+
+    async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, OutboxError> {
+        DB::select(&self.pool, &self.config.table, &select)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
+    pub(crate) fn db_error(&self, source: sqlx::Error) -> OutboxError {
+        OutboxError::Database {
+            table: self.config.table.to_string(),
+            source,
+        }
+    }
+
+    fn write_error(&self, source: sqlx::Error, rows: &[NewOutboxRow]) -> OutboxError {
+        if let sqlx::Error::Database(db) = &source {
+            let text = format!("{} {}", db.message(), db.constraint().unwrap_or_default());
+            if db.is_unique_violation() && text.contains("aggregate") {
+                let first = &rows[0];
+                let sequences: Vec<String> = rows
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}/{}:{}",
+                            r.aggregate_type, r.aggregate_id, r.aggregate_sequence
+                        )
+                    })
+                    .take(10)
+                    .collect();
+                return OutboxError::SequenceConflict {
+                    aggregate_type: first.aggregate_type.clone(),
+                    aggregate_id: first.aggregate_id.clone(),
+                    sequences: sequences.join(", "),
+                };
+            }
+        }
+        self.db_error(source)
+    }
+
+    fn row_for(&self, envelope: &EventEnvelope) -> Result<NewOutboxRow, OutboxError> {
+        let event_no = envelope.event_id.as_str();
+        let too_long = |column, len, max, hint| OutboxError::ValueTooLong {
+            column,
+            event_no: event_no.chars().take(80).collect(),
+            len,
+            max,
+            hint,
+        };
+        let source = envelope.headers.source.as_deref().unwrap_or_default();
+        let route = self
+            .config
+            .route_for(&envelope.aggregate_type, &envelope.event_type);
+        let checks: [(&'static str, usize, usize, &'static str); 10] = [
+            (
+                "event_no",
+                event_no.len(),
+                64,
+                "build event numbers with EventNo::from_rendered, which bounds them",
+            ),
+            (
+                "event_type",
+                envelope.event_type.len(),
+                64,
+                "use a shorter event type",
+            ),
+            (
+                "aggregate_type",
+                envelope.aggregate_type.len(),
+                64,
+                "use a shorter aggregate type",
+            ),
+            (
+                "aggregate_id",
+                envelope.aggregate_id.len(),
+                64,
+                "use a shorter aggregate id",
+            ),
+            (
+                "event_source",
+                source.len(),
+                64,
+                "use a shorter service name in EventContext::new",
+            ),
+            (
+                "trace_id",
+                envelope.trace_id.as_deref().map_or(0, str::len),
+                128,
+                "use a shorter trace id",
+            ),
+            (
+                "publish_channel",
+                route.channel.len(),
+                32,
+                "configure a shorter channel in the route",
+            ),
+            (
+                "topic",
+                route.topic.as_deref().map_or(0, str::len),
+                128,
+                "configure a shorter topic in the route",
+            ),
+            (
+                "routing_key",
+                route.routing_key.as_deref().map_or(0, str::len),
+                128,
+                "configure a shorter routing key in the route",
+            ),
+            (
+                "event_no",
+                usize::from(event_no.is_empty()),
+                0,
+                "an event number cannot be empty",
+            ),
+        ];
+        for (column, len, max, hint) in checks {
+            if len > max {
+                return Err(too_long(column, len, max, hint));
+            }
+        }
+        if source.is_empty() {
+            return Err(too_long(
+                "event_source",
+                0,
+                64,
+                "it is empty: create the unit of work with EventContext::new(\"your-service\")",
+            ));
+        }
+        let size = json_len(&envelope.payload);
+        if size > self.config.max_payload_bytes {
+            return Err(OutboxError::PayloadTooLarge {
+                event_no: event_no.to_owned(),
+                event_type: envelope.event_type.clone(),
+                size,
+                max: self.config.max_payload_bytes,
+            });
+        }
+        let headers = serde_json::to_value(&envelope.headers).unwrap_or(serde_json::Value::Null);
+        Ok(NewOutboxRow {
+            event_no: event_no.to_owned(),
+            aggregate_type: envelope.aggregate_type.clone(),
+            aggregate_id: envelope.aggregate_id.clone(),
+            aggregate_sequence: i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX),
+            event_type: envelope.event_type.clone(),
+            event_version: i32::try_from(envelope.event_version).unwrap_or(i32::MAX),
+            event_source: source.to_owned(),
+            publish_channel: route.channel,
+            topic: route.topic,
+            routing_key: route.routing_key,
+            event_payload: envelope.payload.clone(),
+            event_headers: headers,
+            max_retry_count: self.config.max_retry_count,
+            trace_id: envelope.trace_id.clone(),
+            create_time: envelope.occurred_at,
+        })
+    }
+}
+
+/// The length of `value` serialized as JSON, without allocating it.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0,
+        Err(_) => usize::MAX,
+    }
+}

@@ -1,0 +1,175 @@
+//! Rows of the outbox table as Rust values.
+
+use chrono::{DateTime, Utc};
+use event_core::{EventEnvelope, EventHeaders, EventNo};
+use serde_json::Value;
+
+use crate::EventStatus;
+
+/// One row of `biz_outbox_event`, every column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRecord {
+    /// Primary key.
+    pub id: i64,
+    /// The event number, the global idempotency key.
+    pub event_no: String,
+    /// Aggregate type.
+    pub aggregate_type: String,
+    /// Aggregate id.
+    pub aggregate_id: String,
+    /// Position in the aggregate's history, from 1.
+    pub aggregate_sequence: i64,
+    /// Event type.
+    pub event_type: String,
+    /// Event version.
+    pub event_version: i32,
+    /// Source service.
+    pub event_source: String,
+    /// Publish channel.
+    pub publish_channel: String,
+    /// Topic.
+    pub topic: Option<String>,
+    /// Routing key.
+    pub routing_key: Option<String>,
+    /// Payload.
+    pub event_payload: Value,
+    /// Headers.
+    pub event_headers: Option<Value>,
+    /// Publish status.
+    pub publish_status: EventStatus,
+    /// Retries so far.
+    pub retry_count: i32,
+    /// Maximum retries.
+    pub max_retry_count: i32,
+    /// When the next retry is due.
+    pub next_retry_time: Option<DateTime<Utc>>,
+    /// The relay instance holding the lease.
+    pub locked_by: Option<String>,
+    /// When the lease expires.
+    pub lock_until: Option<DateTime<Utc>>,
+    /// Last publish attempt.
+    pub last_publish_time: Option<DateTime<Utc>>,
+    /// When it was published.
+    pub published_time: Option<DateTime<Utc>>,
+    /// The last failure.
+    pub fail_reason: Option<String>,
+    /// Trace id.
+    pub trace_id: Option<String>,
+    /// Remark.
+    pub remark: Option<String>,
+    /// Optimistic lock version, bumped by every claim.
+    pub version: i32,
+    /// Created at: the event's `occurredAt`.
+    pub create_time: DateTime<Utc>,
+    /// Updated at.
+    pub update_time: DateTime<Utc>,
+}
+
+/// A stored row that cannot be turned back into an envelope.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "outbox row {id} ({event_no}) has {problem}: repair the row, or cancel it with `eventctl outbox cancel {event_no}`"
+)]
+pub struct RecordError {
+    id: i64,
+    event_no: String,
+    problem: String,
+}
+
+impl OutboxRecord {
+    /// The envelope the row stores.
+    pub fn envelope(&self) -> Result<EventEnvelope, RecordError> {
+        let fail = |problem: String| RecordError {
+            id: self.id,
+            event_no: self.event_no.clone(),
+            problem,
+        };
+        let headers: EventHeaders = match &self.event_headers {
+            None | Some(Value::Null) => EventHeaders::default(),
+            Some(value) => serde_json::from_value(value.clone())
+                .map_err(|e| fail(format!("unreadable event_headers ({e})")))?,
+        };
+        Ok(EventEnvelope {
+            event_id: EventNo::from_rendered(&self.event_no),
+            event_type: self.event_type.clone(),
+            event_version: u32::try_from(self.event_version)
+                .map_err(|_| fail(format!("a negative event_version {}", self.event_version)))?,
+            aggregate_type: self.aggregate_type.clone(),
+            aggregate_id: self.aggregate_id.clone(),
+            aggregate_sequence: u64::try_from(self.aggregate_sequence).map_err(|_| {
+                fail(format!(
+                    "a negative aggregate_sequence {}",
+                    self.aggregate_sequence
+                ))
+            })?,
+            occurred_at: self.create_time,
+            trace_id: self.trace_id.clone(),
+            headers,
+            payload: self.event_payload.clone(),
+        })
+    }
+}
+
+/// What a flush wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Events written by this flush.
+    pub recorded: Vec<EventNo>,
+    /// Events whose event number was already in the outbox: a retried command. Nothing about
+    /// the stored row was changed.
+    pub already_recorded: Vec<EventNo>,
+}
+
+/// A row to insert, validated.
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+#[allow(unreachable_pub)] // unnameable outside: only the sealed Backend takes it
+pub struct NewOutboxRow {
+    pub(crate) event_no: String,
+    pub(crate) aggregate_type: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) aggregate_sequence: i64,
+    pub(crate) event_type: String,
+    pub(crate) event_version: i32,
+    pub(crate) event_source: String,
+    pub(crate) publish_channel: String,
+    pub(crate) topic: Option<String>,
+    pub(crate) routing_key: Option<String>,
+    pub(crate) event_payload: Value,
+    pub(crate) event_headers: Value,
+    pub(crate) max_retry_count: i32,
+    pub(crate) trace_id: Option<String>,
+    pub(crate) create_time: DateTime<Utc>,
+}
+
+/// Per-status row counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// 0: pending.
+    pub pending: i64,
+    /// 1: in progress.
+    pub in_progress: i64,
+    /// 2: succeeded.
+    pub succeeded: i64,
+    /// 3: failed.
+    pub failed: i64,
+    /// 4: cancelled.
+    pub cancelled: i64,
+}
+
+impl StatusCounts {
+    pub(crate) fn add(&mut self, status: EventStatus, count: i64) {
+        match status {
+            EventStatus::Pending => self.pending += count,
+            EventStatus::InProgress => self.in_progress += count,
+            EventStatus::Succeeded => self.succeeded += count,
+            EventStatus::Failed => self.failed += count,
+            EventStatus::Cancelled => self.cancelled += count,
+        }
+    }
+
+    /// Every row counted.
+    pub fn total(&self) -> i64 {
+        self.pending + self.in_progress + self.succeeded + self.failed + self.cancelled
+    }
+}

@@ -1,0 +1,268 @@
+//! Fresh databases for tests: PostgreSQL and MariaDB get a new database per test, SQLite a new
+//! file. Addresses come from `EVENT_TEST_POSTGRES_URL` and `EVENT_TEST_MYSQL_URL`; with
+//! `EVENT_TEST_REQUIRE_SERVICES=1` an unreachable service fails the test instead of skipping it.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use event_sqlx::{Backend, Outbox, OutboxConfig};
+use sqlx::pool::PoolOptions;
+use sqlx::{MySql, Pool, Postgres, Sqlite};
+
+/// The PostgreSQL server tests use.
+pub fn postgres_url() -> String {
+    std::env::var("EVENT_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// The MySQL/MariaDB server tests use.
+pub fn mysql_url() -> String {
+    std::env::var("EVENT_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// Whether an unreachable service fails the run.
+pub fn services_required() -> bool {
+    std::env::var("EVENT_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// A database made for one test, with the event tables migrated and a business table `orders`.
+pub struct TestDb<DB: Backend> {
+    /// The outbox on it.
+    pub outbox: Outbox<DB>,
+    /// Its URL, for other processes.
+    pub url: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Server {
+        admin_url: String,
+        name: String,
+        postgres: bool,
+    },
+    File(PathBuf),
+}
+
+fn unique_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "evt_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        nanos % 100_000
+    )
+}
+
+fn unreachable(service: &str, url: &str, error: impl std::fmt::Display) -> Option<()> {
+    let message = format!("{service} at {url} is unreachable ({error})");
+    if services_required() {
+        panic!(
+            "{message}; EVENT_TEST_REQUIRE_SERVICES=1 makes this a failure. Start the service (see the README) or point the URL variable at one."
+        );
+    }
+    eprintln!("skipping: {message}; set EVENT_TEST_REQUIRE_SERVICES=1 to fail instead");
+    None
+}
+
+/// Replaces the database name (the path) of a URL.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..host_end], name);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+impl TestDb<Postgres> {
+    /// A fresh PostgreSQL database, or `None` when the server is unreachable and not required.
+    pub async fn postgres() -> Option<TestDb<Postgres>> {
+        let admin_url = postgres_url();
+        let admin = match sqlx::PgPool::connect(&admin_url).await {
+            Ok(pool) => pool,
+            Err(e) => return unreachable("PostgreSQL", &admin_url, e).and(None),
+        };
+        let name = unique_name();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .expect("create the test database");
+        admin.close().await;
+        let url = with_database(&admin_url, &name);
+        let cleanup = Cleanup::Server {
+            admin_url,
+            name,
+            postgres: true,
+        };
+        Some(TestDb::open(url, cleanup, "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, version BIGINT NOT NULL)").await)
+    }
+}
+
+impl TestDb<MySql> {
+    /// A fresh MySQL/MariaDB database, or `None` when the server is unreachable and not required.
+    pub async fn mysql() -> Option<TestDb<MySql>> {
+        let admin_url = mysql_url();
+        let admin = match sqlx::MySqlPool::connect(&admin_url).await {
+            Ok(pool) => pool,
+            Err(e) => return unreachable("MySQL/MariaDB", &admin_url, e).and(None),
+        };
+        let name = unique_name();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .expect("create the test database");
+        admin.close().await;
+        let url = with_database(&admin_url, &name);
+        let cleanup = Cleanup::Server {
+            admin_url,
+            name,
+            postgres: false,
+        };
+        Some(TestDb::open(url, cleanup, "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, version BIGINT NOT NULL) ENGINE=InnoDB").await)
+    }
+}
+
+impl TestDb<Sqlite> {
+    /// A fresh SQLite file.
+    pub async fn sqlite() -> Option<TestDb<Sqlite>> {
+        let path = std::env::temp_dir().join(format!("{}.db", unique_name()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        Some(TestDb::open(url, Cleanup::File(path), "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, version INTEGER NOT NULL)").await)
+    }
+}
+
+impl<DB: Backend> TestDb<DB> {
+    async fn open(url: String, cleanup: Cleanup, orders_ddl: &'static str) -> TestDb<DB>
+    where
+        for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    {
+        let pool: Pool<DB> = PoolOptions::new()
+            .max_connections(12)
+            .connect(&url)
+            .await
+            .expect("connect to the fresh test database");
+        sqlx::raw_sql(orders_ddl)
+            .execute(&pool)
+            .await
+            .expect("create the orders table");
+        let outbox = Outbox::new(pool, OutboxConfig::new());
+        outbox.migrate().await.expect("migrate the event tables");
+        TestDb {
+            outbox,
+            url,
+            cleanup,
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<DB> {
+        self.outbox.pool()
+    }
+
+    /// Drops the database or deletes the file.
+    pub async fn cleanup(self) {
+        self.outbox.pool().close().await;
+        match self.cleanup {
+            Cleanup::Server {
+                admin_url,
+                name,
+                postgres,
+            } => {
+                let sql = if postgres {
+                    format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                } else {
+                    format!("DROP DATABASE IF EXISTS {name}")
+                };
+                if postgres {
+                    if let Ok(admin) = sqlx::PgPool::connect(&admin_url).await {
+                        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                            .execute(&admin)
+                            .await;
+                    }
+                } else if let Ok(admin) = sqlx::MySqlPool::connect(&admin_url).await {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&admin)
+                        .await;
+                }
+            }
+            Cleanup::File(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+        }
+    }
+}
+
+/// The application's side of the tests: a tiny `orders` repository, per backend.
+pub trait Orders: Backend {
+    /// Inserts or updates an order inside the caller's transaction.
+    fn save_order<'a>(
+        conn: &'a mut Self::Connection,
+        id: &'a str,
+        status: &'a str,
+        version: i64,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a;
+
+    /// How many orders exist.
+    fn count_orders(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<i64>> + Send + '_;
+}
+
+macro_rules! impl_orders {
+    ($db:ty, $upsert:literal) => {
+        impl Orders for $db {
+            fn save_order<'a>(
+                conn: &'a mut Self::Connection,
+                id: &'a str,
+                status: &'a str,
+                version: i64,
+            ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a {
+                async move {
+                    sqlx::query($upsert)
+                        .bind(id)
+                        .bind(status)
+                        .bind(version)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                }
+            }
+
+            fn count_orders(
+                pool: &Pool<Self>,
+            ) -> impl Future<Output = sqlx::Result<i64>> + Send + '_ {
+                async move {
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM orders")
+                        .fetch_one(pool)
+                        .await
+                }
+            }
+        }
+    };
+}
+
+impl_orders!(
+    Postgres,
+    "INSERT INTO orders (id, status, version) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version"
+);
+impl_orders!(
+    MySql,
+    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE status = VALUES(status), version = VALUES(version)"
+);
+impl_orders!(
+    Sqlite,
+    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, version = excluded.version"
+);

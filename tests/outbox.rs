@@ -1,0 +1,681 @@
+//! The transactional outbox and its relay, on real PostgreSQL, MariaDB and SQLite: each scenario
+//! runs on a fresh database of every backend.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+use event_sqlx::{
+    Backoff, ChannelPublisher, EventStatus, OutboxConfig, OutboxError, OutboxMessage, PublishError,
+    Publisher, RelayConfig,
+};
+use event_tests::db::{Orders, TestDb};
+use event_tests::fixtures::{NoteAdded, Order};
+
+fn context() -> EventContext {
+    EventContext::new("order-service").tenant_id("acme")
+}
+
+/// Places `id` and commits the order row and its event together.
+async fn place<DB: Orders>(db: &TestDb<DB>, id: &str, paid: bool) {
+    let mut order = Order::place(id, 1000).unwrap();
+    if paid {
+        order.pay(1000).unwrap();
+    }
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, id, if paid { "PAID" } else { "PLACED" }, 1)
+        .await
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    db.outbox.commit(tx, uow).await.unwrap();
+}
+
+/// Fails every event whose event number is listed; sends the rest into a channel.
+struct Selective {
+    inner: ChannelPublisher,
+    fail: HashSet<String>,
+    attempts: AtomicUsize,
+}
+
+impl Publisher for Selective {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let mut results = Vec::new();
+        for message in messages {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            if self.fail.contains(message.envelope.event_id.as_str()) {
+                results.push(Err(PublishError::new("broker rejected the message")));
+            } else {
+                results.extend(self.inner.publish(std::slice::from_ref(message)).await);
+            }
+        }
+        results
+    }
+}
+
+/// Takes `delay` before accepting anything.
+struct Slow {
+    inner: ChannelPublisher,
+    delay: Duration,
+}
+
+impl Publisher for Slow {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.publish(messages).await
+    }
+}
+
+async fn state_and_events_commit_or_roll_back_together<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-1", true).await;
+    assert_eq!(DB::count_orders(db.pool()).await.unwrap(), 1);
+    let events = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
+    let seen: Vec<(i64, &str, EventStatus)> = events
+        .iter()
+        .map(|e| (e.aggregate_sequence, e.event_no.as_str(), e.publish_status))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, "ORDER_PLACED:ORDER:o-1:1", EventStatus::Pending),
+            (2, "ORDER_PAID:o-1", EventStatus::Pending)
+        ]
+    );
+    let stored = events[1].envelope().unwrap();
+    assert_eq!(stored.headers.tenant_id.as_deref(), Some("acme"));
+    assert_eq!(stored.payload["amount_minor"], 1000);
+    assert_eq!(events[1].topic.as_deref(), Some("order.event"));
+    assert_eq!(events[1].routing_key.as_deref(), Some("order.paid"));
+    assert_eq!(events[1].event_source, "order-service");
+    assert_eq!(events[1].max_retry_count, 5);
+
+    // Flushed, then dropped without commit: neither the order nor its event remains.
+    let mut order = Order::place("o-2", 5).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let envelopes = uow.commit();
+    {
+        let mut tx = db.pool().begin().await.unwrap();
+        DB::save_order(&mut tx, "o-2", "PLACED", 1).await.unwrap();
+        let report = db.outbox.flush(&mut tx, &envelopes).await.unwrap();
+        assert_eq!(report.recorded.len(), 1);
+    }
+    assert_eq!(DB::count_orders(db.pool()).await.unwrap(), 1);
+    assert!(
+        db.outbox
+            .by_aggregate("ORDER", "o-2")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-1", true).await;
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(publisher, RelayConfig::new("r1"));
+    // Per-aggregate order: the second event waits until the first is published.
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    assert_eq!(
+        received.recv().await.unwrap().envelope.event_type,
+        "ORDER_PLACED"
+    );
+    let before = db
+        .outbox
+        .by_event_no("ORDER_PAID:o-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(before.publish_status, EventStatus::Succeeded);
+
+    // The retried command: same business identity, so the same event number, another payload.
+    let mut retried = Order {
+        id: "o-1".into(),
+        paid: false,
+        events: RecordedEvents::loaded_at(1),
+    };
+    retried.pay(999_999).unwrap();
+    retried
+        .record(NoteAdded {
+            text: "retried".into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut retried).unwrap();
+    let envelopes = uow.commit();
+    let mut tx = db.pool().begin().await.unwrap();
+    let report = db.outbox.flush(&mut tx, &envelopes[..1]).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(report.recorded.is_empty());
+    assert_eq!(
+        report
+            .already_recorded
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>(),
+        vec!["ORDER_PAID:o-1"]
+    );
+    let after = db
+        .outbox
+        .by_event_no("ORDER_PAID:o-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, before, "a duplicate never overwrites the stored row");
+    assert_eq!(after.event_payload["amount_minor"], 1000);
+
+    // A duplicate inside one flush is absorbed as well.
+    let mut tx = db.pool().begin().await.unwrap();
+    let both = [envelopes[1].clone(), envelopes[1].clone()];
+    let report = db.outbox.flush(&mut tx, &both).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(report.recorded.len(), 1);
+    assert_eq!(report.already_recorded.len(), 1);
+}
+
+async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-3", false).await;
+    let mut stale = Order {
+        id: "o-3".into(),
+        paid: false,
+        events: RecordedEvents::new(),
+    };
+    stale
+        .record(NoteAdded {
+            text: "late".into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut stale).unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-3", "NOTED", 2).await.unwrap();
+    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+    assert!(matches!(err, OutboxError::SequenceConflict { .. }), "{err}");
+    assert!(err.to_string().contains("Reload the aggregate"), "{err}");
+    let mut conn = db.pool().acquire().await.unwrap();
+    assert_eq!(
+        db.outbox
+            .aggregate_version(&mut conn, "ORDER", "o-3")
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db: &TestDb<DB>) {
+    let small =
+        event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_payload_bytes(40));
+    let mut order = Order::place("o-big", 1).unwrap();
+    order
+        .record(NoteAdded {
+            text: "x".repeat(100),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-big", "PLACED", 1).await.unwrap();
+    let err = small.commit(tx, uow).await.unwrap_err();
+    assert!(matches!(err, OutboxError::PayloadTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    assert_eq!(
+        DB::count_orders(db.pool()).await.unwrap(),
+        0,
+        "the business write rolled back too"
+    );
+    assert!(
+        db.outbox
+            .by_aggregate("ORDER", "o-big")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Runs `relays` concurrently until `expected` events were published or 90 s passed.
+async fn drain<DB: Orders, P: Publisher + 'static>(
+    db: &TestDb<DB>,
+    relays: Vec<event_sqlx::Relay<DB, P>>,
+    expected: usize,
+) where
+    event_sqlx::Relay<DB, P>: Send + Sync,
+{
+    let published = Arc::new(AtomicUsize::new(0));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut tasks = Vec::new();
+    for relay in relays {
+        let published = Arc::clone(&published);
+        tasks.push(tokio::spawn(async move {
+            while published.load(Ordering::SeqCst) < expected
+                && tokio::time::Instant::now() < deadline
+            {
+                let report = relay.run_once().await.expect("relay batch");
+                published.fetch_add(report.published, Ordering::SeqCst);
+                if report.claimed == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let _ = db;
+    assert_eq!(
+        published.load(Ordering::SeqCst),
+        expected,
+        "every event published once"
+    );
+}
+
+async fn place_many<DB: Orders>(db: &TestDb<DB>, aggregates: usize, events_each: usize) {
+    // Events of many aggregates, committed in chunks like a busy service would.
+    for chunk in (0..aggregates).collect::<Vec<_>>().chunks(100) {
+        let mut tx = db.pool().begin().await.unwrap();
+        let mut uow = UnitOfWork::new(context());
+        for &i in chunk {
+            let id = format!("o-{i}");
+            let mut order = Order::place(&id, i as i64).unwrap();
+            for n in 1..events_each {
+                order
+                    .record(NoteAdded {
+                        text: format!("note {n}"),
+                    })
+                    .unwrap();
+            }
+            uow.collect(&mut order).unwrap();
+            DB::save_order(&mut tx, &id, "PLACED", events_each as i64)
+                .await
+                .unwrap();
+        }
+        db.outbox.commit(tx, uow).await.unwrap();
+    }
+}
+
+async fn four_relays_publish_every_event_exactly_once_in_aggregate_order<DB: Orders>(
+    db: &TestDb<DB>,
+) where
+    event_sqlx::Relay<DB, ChannelPublisher>: Send + Sync,
+{
+    let (aggregates, each) = (1000, 3);
+    place_many(db, aggregates, each).await;
+    let (publisher, mut received) = ChannelPublisher::channel(aggregates * each + 1);
+    let relays = (0..4)
+        .map(|i| {
+            db.outbox.relay(
+                publisher.clone(),
+                RelayConfig::new(format!("relay-{i}")).batch_size(100),
+            )
+        })
+        .collect();
+    drop(publisher);
+    drain(db, relays, aggregates * each).await;
+
+    let mut ids = HashSet::new();
+    let mut last_sequence: HashMap<String, u64> = HashMap::new();
+    while let Ok(message) = received.try_recv() {
+        let envelope = message.envelope;
+        assert!(
+            ids.insert(envelope.event_id.to_string()),
+            "{} published twice",
+            envelope.event_id
+        );
+        let last = last_sequence
+            .entry(envelope.aggregate_id.clone())
+            .or_insert(0);
+        assert_eq!(
+            envelope.aggregate_sequence,
+            *last + 1,
+            "order broken for {}",
+            envelope.aggregate_id
+        );
+        *last = envelope.aggregate_sequence;
+    }
+    assert_eq!(ids.len(), aggregates * each);
+    assert!(last_sequence.values().all(|&s| s == each as u64));
+    let counts = db
+        .outbox
+        .status_counts(
+            None,
+            chrono::Utc::now() - chrono::TimeDelta::hours(1),
+            chrono::Utc::now() + chrono::TimeDelta::hours(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts.succeeded, (aggregates * each) as i64);
+    assert_eq!(counts.total(), counts.succeeded);
+}
+
+async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &TestDb<DB>) {
+    let outbox = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_retry_count(3));
+    let mut order = Order::place("o-f", 1).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let tx = db.pool().begin().await.unwrap();
+    outbox.commit(tx, uow).await.unwrap();
+
+    let event_no = "ORDER_PLACED:ORDER:o-f:1";
+    let (inner, _received) = ChannelPublisher::channel(8);
+    let publisher = Selective {
+        inner,
+        fail: HashSet::from([event_no.to_owned()]),
+        attempts: AtomicUsize::new(0),
+    };
+    let schedule = [300, 600, 900].map(Duration::from_millis);
+    let relay = outbox.relay(
+        publisher,
+        RelayConfig::new("r1").backoff(Backoff::schedule(schedule).jitter(0.0)),
+    );
+    for (failure, delay) in schedule.iter().enumerate() {
+        let report = relay.run_once().await.unwrap();
+        assert_eq!(
+            (report.claimed, report.failed),
+            (1, 1),
+            "attempt {}",
+            failure + 1
+        );
+        let row = outbox.by_event_no(event_no).await.unwrap().unwrap();
+        assert_eq!(row.publish_status, EventStatus::Failed);
+        assert_eq!(row.retry_count, failure as i32 + 1);
+        assert_eq!(
+            row.fail_reason.as_deref(),
+            Some("broker rejected the message")
+        );
+        assert!(row.locked_by.is_none() && row.lock_until.is_none());
+        let next = row.next_retry_time.unwrap();
+        assert_eq!(
+            (next - row.update_time).to_std().unwrap(),
+            *delay,
+            "retry {} is scheduled {delay:?} after the failure",
+            failure + 1
+        );
+        // Not due yet: nothing to claim.
+        assert_eq!(relay.run_once().await.unwrap().claimed, 0);
+        let wait = (next - chrono::Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait + Duration::from_millis(30)).await;
+    }
+    // Retries used up: it stays failed, visible, and is never claimed again.
+    assert_eq!(relay.run_once().await.unwrap().claimed, 0);
+    assert_eq!(relay.publisher().attempts.load(Ordering::SeqCst), 3);
+    let row = outbox.by_event_no(event_no).await.unwrap().unwrap();
+    assert_eq!(
+        (row.publish_status, row.retry_count),
+        (EventStatus::Failed, 3)
+    );
+    assert!(outbox.due_retries(10).await.unwrap().is_empty());
+    let many = outbox.many_failures(3, 10).await.unwrap();
+    assert_eq!(
+        many.iter().map(|r| r.event_no.as_str()).collect::<Vec<_>>(),
+        vec![event_no]
+    );
+    assert_eq!(
+        outbox
+            .failed_by_topic("order.event", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // An operator retry gives it one more round.
+    assert!(outbox.retry(event_no).await.unwrap());
+    assert_eq!(relay.run_once().await.unwrap().claimed, 1);
+}
+
+async fn exhausted_events_are_cancelled_only_when_asked_and_never_when_critical<DB: Orders>(
+    db: &TestDb<DB>,
+) {
+    let outbox = db.outbox.clone();
+    place(db, "o-c", true).await;
+    let (inner, _received) = ChannelPublisher::channel(8);
+    let publisher = Selective {
+        inner,
+        fail: HashSet::from([
+            "ORDER_PLACED:ORDER:o-c:1".to_owned(),
+            "ORDER_PAID:o-c".to_owned(),
+        ]),
+        attempts: AtomicUsize::new(0),
+    };
+    let relay = outbox.relay(
+        publisher,
+        RelayConfig::new("r1")
+            .unordered()
+            .cancel_exhausted()
+            .critical("ORDER_PAID")
+            .backoff(Backoff::schedule([Duration::ZERO]).jitter(0.0)),
+    );
+    // The rows were written with the default of 5 retries; with no backoff each batch is a retry.
+    for _ in 0..6 {
+        relay.run_once().await.unwrap();
+    }
+    let placed = outbox
+        .by_event_no("ORDER_PLACED:ORDER:o-c:1")
+        .await
+        .unwrap()
+        .unwrap();
+    let paid = outbox.by_event_no("ORDER_PAID:o-c").await.unwrap().unwrap();
+    assert_eq!(placed.publish_status, EventStatus::Cancelled);
+    assert_eq!(
+        paid.publish_status,
+        EventStatus::Failed,
+        "critical events are never auto-cancelled"
+    );
+    assert_eq!(paid.retry_count, 5);
+}
+
+async fn a_blocked_aggregate_holds_back_only_itself<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-bad", true).await;
+    for i in 0..10 {
+        place(db, &format!("o-good-{i}"), true).await;
+    }
+    let (inner, mut received) = ChannelPublisher::channel(64);
+    let publisher = Selective {
+        inner,
+        fail: HashSet::from(["ORDER_PLACED:ORDER:o-bad:1".to_owned()]),
+        attempts: AtomicUsize::new(0),
+    };
+    let relay = db.outbox.relay(
+        publisher,
+        RelayConfig::new("r1").backoff(Backoff::schedule([Duration::ZERO]).jitter(0.0)),
+    );
+    for _ in 0..8 {
+        relay.run_once().await.unwrap();
+    }
+    let mut published = Vec::new();
+    while let Ok(m) = received.try_recv() {
+        published.push(m.envelope.event_id.to_string());
+    }
+    assert_eq!(
+        published.len(),
+        20,
+        "every other aggregate was published: {published:?}"
+    );
+    assert!(published.iter().all(|id| !id.contains("o-bad")));
+    let bad = db.outbox.by_aggregate("ORDER", "o-bad").await.unwrap();
+    assert_eq!(bad[0].publish_status, EventStatus::Failed);
+    assert_eq!(bad[0].retry_count, 5, "the head used up its retries");
+    assert_eq!(
+        bad[1].publish_status,
+        EventStatus::Pending,
+        "held back behind its head"
+    );
+    let failed = db.outbox.failed_by_topic("order.event", 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+
+    // The operator skips the poisoned head; the aggregate moves on.
+    let skipped = db
+        .outbox
+        .skip_head("ORDER", "o-bad", "skipped by operator")
+        .await
+        .unwrap();
+    assert_eq!(skipped.as_deref(), Some("ORDER_PLACED:ORDER:o-bad:1"));
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    let bad = db.outbox.by_aggregate("ORDER", "o-bad").await.unwrap();
+    assert_eq!(
+        (bad[0].publish_status, bad[1].publish_status),
+        (EventStatus::Cancelled, EventStatus::Succeeded)
+    );
+    assert_eq!(
+        received.try_recv().unwrap().envelope.event_id.as_str(),
+        "ORDER_PAID:o-bad"
+    );
+}
+
+async fn expired_leases_are_recovered_and_published_by_another_relay<DB: Orders>(db: &TestDb<DB>)
+where
+    event_sqlx::Relay<DB, Slow>: Send + Sync,
+{
+    for i in 0..5 {
+        place(db, &format!("o-l{i}"), false).await;
+    }
+    let (inner, mut received) = ChannelPublisher::channel(64);
+    let stuck = db.outbox.relay(
+        Slow {
+            inner: inner.clone(),
+            delay: Duration::from_millis(1500),
+        },
+        RelayConfig::new("stuck").lease(Duration::from_millis(200)),
+    );
+    let stuck = tokio::spawn(async move { stuck.run_once().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(db.outbox.lease_expired(10).await.unwrap().len(), 5);
+
+    let rescuer = db.outbox.relay(
+        inner,
+        RelayConfig::new("rescuer").lease_recovery(Duration::ZERO, Duration::ZERO),
+    );
+    assert_eq!(rescuer.recover_expired_leases().await.unwrap(), 5);
+    let report = rescuer.run_once().await.unwrap();
+    assert_eq!(report.published, 5);
+
+    let late = stuck.await.unwrap();
+    assert_eq!((late.claimed, late.published, late.lease_lost), (5, 0, 5));
+    for i in 0..5 {
+        let row = db
+            .outbox
+            .by_aggregate("ORDER", &format!("o-l{i}"))
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(row.publish_status, EventStatus::Succeeded);
+        assert_eq!(
+            row.retry_count, 1,
+            "the lease expiry counted as one failed attempt"
+        );
+    }
+    let mut delivered = 0;
+    while received.try_recv().is_ok() {
+        delivered += 1;
+    }
+    assert_eq!(
+        delivered, 10,
+        "at least once: the stuck relay's late publishes arrive too"
+    );
+}
+
+async fn seed_queries_answer_as_documented<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-q1", true).await;
+    place(db, "o-q2", false).await;
+    let pending = db.outbox.pending(10).await.unwrap();
+    assert_eq!(pending.len(), 3);
+    assert!(
+        pending
+            .windows(2)
+            .all(|w| w[0].create_time <= w[1].create_time)
+    );
+    assert_eq!(db.outbox.pending(2).await.unwrap().len(), 2);
+    assert!(db.outbox.by_event_no("nope").await.unwrap().is_none());
+    let now = chrono::Utc::now();
+    let hour = chrono::TimeDelta::hours(1);
+    let counts = db
+        .outbox
+        .status_counts(Some("ORDER_PLACED"), now - hour, now + hour)
+        .await
+        .unwrap();
+    assert_eq!((counts.pending, counts.total()), (2, 2));
+    let none = db
+        .outbox
+        .status_counts(Some("ORDER_PLACED"), now + hour, now + hour * 2)
+        .await
+        .unwrap();
+    assert_eq!(none.total(), 0);
+    assert!(db.outbox.lease_expired(10).await.unwrap().is_empty());
+    assert!(db.outbox.due_retries(10).await.unwrap().is_empty());
+    assert!(
+        !db.outbox
+            .cancel("ORDER_PAID:o-q1", "not needed")
+            .await
+            .unwrap()
+            || {
+                let row = db
+                    .outbox
+                    .by_event_no("ORDER_PAID:o-q1")
+                    .await
+                    .unwrap()
+                    .unwrap();
+                row.publish_status == EventStatus::Cancelled
+                    && row.fail_reason.as_deref() == Some("not needed")
+            }
+    );
+    assert!(
+        !db.outbox.cancel("ORDER_PAID:o-q1", "again").await.unwrap(),
+        "cancelled only once"
+    );
+}
+
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {
+        mod postgres {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    if let Some(db) = TestDb::postgres().await {
+                        super::$scenario(&db).await;
+                        db.cleanup().await;
+                    }
+                }
+            )*
+        }
+        mod mysql {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    if let Some(db) = TestDb::mysql().await {
+                        super::$scenario(&db).await;
+                        db.cleanup().await;
+                    }
+                }
+            )*
+        }
+        mod sqlite {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    if let Some(db) = TestDb::sqlite().await {
+                        super::$scenario(&db).await;
+                        db.cleanup().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    state_and_events_commit_or_roll_back_together,
+    a_duplicate_event_no_is_absorbed_and_changes_nothing,
+    a_stale_aggregate_version_is_a_sequence_conflict,
+    an_oversized_payload_is_rejected_and_nothing_is_written,
+    four_relays_publish_every_event_exactly_once_in_aggregate_order,
+    failures_are_retried_on_schedule_then_stay_failed,
+    exhausted_events_are_cancelled_only_when_asked_and_never_when_critical,
+    a_blocked_aggregate_holds_back_only_itself,
+    expired_leases_are_recovered_and_published_by_another_relay,
+    seed_queries_answer_as_documented,
+);
