@@ -1,12 +1,20 @@
 //! `eventctl`: the command line for event schemas and outbox operations.
+//!
+//! Exit codes: 0 success, 1 a check found a problem, 2 bad input or a tool error.
 
+mod db;
+mod demo;
+mod ops;
+mod output;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-/// Domain events: schemas and outbox operations.
+/// Domain events: schemas, the outbox and its relay.
 #[derive(Debug, Parser)]
-#[command(name = "eventctl", version, about)]
+#[command(name = "eventctl", version, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,20 +22,61 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run an order service on an SQLite file: place and pay orders, relay the events, print them.
+    Demo(demo::DemoArgs),
+    /// Create the event tables (biz_outbox_event, biz_message_event, consumed_event).
+    Migrate(DbArgs),
+    /// Publish committed outbox events until stopped (Ctrl-C or SIGTERM finish the batch in flight).
+    Relay(ops::RelayArgs),
+    /// Inspect and repair the outbox.
+    #[command(subcommand)]
+    Outbox(ops::OutboxCommand),
     /// Event schemas.
     #[command(subcommand)]
     Schema(SchemaCommand),
 }
 
+/// Where the outbox is.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DbArgs {
+    /// postgres://..., mysql://... or sqlite://FILE
+    #[arg(long, env = "EVENT_DATABASE_URL")]
+    database_url: String,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum SchemaCommand {
     /// Print the JSON schema of the event envelope, the shape every transport and table carries.
-    Envelope,
+    Envelope {
+        /// Write it to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EVENTCTL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("eventctl: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("eventctl: {error:#}");
@@ -36,11 +85,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Schema(SchemaCommand::Envelope) => {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Migrate(db) => ops::migrate(&db).await,
+        Command::Relay(args) => ops::relay(args).await,
+        Command::Outbox(command) => ops::outbox(command).await,
+        Command::Schema(SchemaCommand::Envelope { out }) => {
             let schema = event_core::EventEnvelope::json_schema();
-            println!("{}", serde_json::to_string_pretty(&schema)?);
+            let text = serde_json::to_string_pretty(&schema)? + "\n";
+            match out {
+                Some(path) => std::fs::write(&path, text)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+                None => print!("{text}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

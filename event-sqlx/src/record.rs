@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::EventStatus;
 
 /// One row of `biz_outbox_event`, every column.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OutboxRecord {
     /// Primary key.
     pub id: i64,
@@ -111,7 +111,7 @@ impl OutboxRecord {
 }
 
 /// What a flush wrote.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FlushReport {
     /// Events written by this flush.
     pub recorded: Vec<EventNo>,
@@ -143,7 +143,8 @@ pub struct NewOutboxRow {
 }
 
 /// Per-status row counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StatusCounts {
     /// 0: pending.
     pub pending: i64,

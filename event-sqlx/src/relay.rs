@@ -174,7 +174,7 @@ impl RelayConfig {
 }
 
 /// What one batch did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BatchReport {
     /// Events claimed.
     pub claimed: usize,

@@ -1,0 +1,441 @@
+//! Operating the outbox: migrate, relay, inspect, retry, cancel, skip.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{TimeDelta, Utc};
+use clap::{Args, Subcommand};
+use event_sqlx::{Backend, JsonLinesPublisher, Outbox, OutboxRecord, RelayConfig};
+
+use crate::db::{self, Kind};
+use crate::{DbArgs, output};
+
+/// Runs `$body` with `$outbox` bound to the outbox of the URL's backend.
+macro_rules! with_outbox {
+    ($url:expr, |$outbox:ident| $body:expr) => {
+        match db::kind($url)? {
+            Kind::Postgres => {
+                let $outbox = db::open::<sqlx::Postgres>($url).await?;
+                $body
+            }
+            Kind::MySql => {
+                let $outbox = db::open::<sqlx::MySql>($url).await?;
+                $body
+            }
+            Kind::Sqlite => {
+                let $outbox = db::open::<sqlx::Sqlite>($url).await?;
+                $body
+            }
+        }
+    };
+}
+
+pub(crate) async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
+    with_outbox!(&db.database_url, |outbox| {
+        outbox.migrate().await?;
+    });
+    println!("event tables are up to date");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `eventctl relay`.
+#[derive(Debug, Args)]
+pub(crate) struct RelayArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Where to publish: `stdout`, or `jsonl:PATH` to append JSON lines to a file.
+    #[arg(long, default_value = "stdout")]
+    publisher: String,
+    /// This relay's id, the `locked_by` of its leases. Unique per running relay.
+    #[arg(long)]
+    instance_id: Option<String>,
+    /// Events claimed per batch.
+    #[arg(long, default_value_t = 200)]
+    batch_size: u32,
+    /// Lease length in seconds; keep it above the longest publish of a batch.
+    #[arg(long, default_value_t = 120)]
+    lease_secs: u64,
+    /// Publish at most this many events a second.
+    #[arg(long)]
+    max_rate: Option<u32>,
+    /// Publish without per-aggregate ordering.
+    #[arg(long)]
+    unordered: bool,
+    /// Stop once nothing is left to claim, instead of waiting for more.
+    #[arg(long)]
+    until_idle: bool,
+}
+
+pub(crate) async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
+    let url = args.db.database_url.clone();
+    with_outbox!(&url, |outbox| run_relay(outbox, &args).await)
+}
+
+async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow::Result<ExitCode> {
+    let instance = args
+        .instance_id
+        .clone()
+        .unwrap_or_else(|| format!("eventctl-{}", std::process::id()));
+    let mut config = RelayConfig::new(instance.clone())
+        .batch_size(args.batch_size)
+        .lease(Duration::from_secs(args.lease_secs.max(1)));
+    if let Some(rate) = args.max_rate {
+        config = config.max_rate(rate);
+    }
+    if args.unordered {
+        config = config.unordered();
+    }
+    let publisher = match args.publisher.as_str() {
+        "stdout" => JsonLinesPublisher::stdout(),
+        other => match other.strip_prefix("jsonl:") {
+            Some(path) => JsonLinesPublisher::append_to(path)
+                .await
+                .with_context(|| format!("cannot open {path} for appending"))?,
+            None => anyhow::bail!("unknown publisher `{other}`: use `stdout` or `jsonl:PATH`"),
+        },
+    };
+    let relay = outbox.relay(publisher, config);
+    eprintln!(
+        "relay {instance}: publishing from {}",
+        db::redact(&args.db.database_url)
+    );
+    let total = if args.until_idle {
+        let mut total = event_sqlx::BatchReport::default();
+        relay.recover_expired_leases().await?;
+        loop {
+            let report = relay.run_once().await?;
+            total += report;
+            if report.claimed == 0 {
+                break;
+            }
+        }
+        total
+    } else {
+        relay.run(shutdown_signal()).await
+    };
+    eprintln!(
+        "relay {instance}: stopped; {} claimed, {} published, {} failed",
+        total.claimed, total.published, total.failed
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `eventctl outbox ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutboxCommand {
+    /// Backlog, lag and counts per status, for one event type or all, over a time range.
+    Status {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Only this event type.
+        #[arg(long)]
+        event_type: Option<String>,
+        /// How far back, in hours.
+        #[arg(long, default_value_t = 24)]
+        hours: i64,
+    },
+    /// Pending events, oldest first.
+    Pending {
+        #[command(flatten)]
+        db: DbArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Failed events: of one topic, or with at least N retries.
+    Failed {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only events with at least this many retries.
+        #[arg(long, default_value_t = 0)]
+        min_retries: u16,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Events whose relay lease expired.
+    Stuck {
+        #[command(flatten)]
+        db: DbArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Every event of one aggregate.
+    Aggregate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Aggregate type, e.g. ORDER.
+        aggregate_type: String,
+        /// Aggregate id.
+        aggregate_id: String,
+    },
+    /// One event, every column.
+    Show {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The event number.
+        event_no: String,
+    },
+    /// Put a failed event back to pending for another round of attempts.
+    Retry {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The event number.
+        event_no: String,
+    },
+    /// Cancel a pending or failed event.
+    Cancel {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The event number.
+        event_no: String,
+        /// Why (stored in fail_reason).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Cancel the earliest unpublished event of a blocked aggregate, so the rest can be published.
+    Skip {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Aggregate type.
+        aggregate_type: String,
+        /// Aggregate id.
+        aggregate_id: String,
+        /// Why (stored in fail_reason).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+impl OutboxCommand {
+    fn db(&self) -> &DbArgs {
+        match self {
+            OutboxCommand::Status { db, .. }
+            | OutboxCommand::Pending { db, .. }
+            | OutboxCommand::Failed { db, .. }
+            | OutboxCommand::Stuck { db, .. }
+            | OutboxCommand::Aggregate { db, .. }
+            | OutboxCommand::Show { db, .. }
+            | OutboxCommand::Retry { db, .. }
+            | OutboxCommand::Cancel { db, .. }
+            | OutboxCommand::Skip { db, .. } => db,
+        }
+    }
+}
+
+pub(crate) async fn outbox(command: OutboxCommand) -> anyhow::Result<ExitCode> {
+    let url = command.db().database_url.clone();
+    with_outbox!(&url, |outbox| run_outbox(&outbox, command).await)
+}
+
+async fn run_outbox<DB: Backend>(
+    outbox: &Outbox<DB>,
+    command: OutboxCommand,
+) -> anyhow::Result<ExitCode> {
+    let json = command.db().json;
+    match command {
+        OutboxCommand::Status {
+            event_type, hours, ..
+        } => {
+            let to = Utc::now() + TimeDelta::minutes(1);
+            let from = to - TimeDelta::hours(hours.max(1));
+            let counts = outbox
+                .status_counts(event_type.as_deref(), from, to)
+                .await?;
+            let oldest = outbox.pending(1).await?.into_iter().next();
+            let lag_seconds = oldest
+                .as_ref()
+                .map(|r| (Utc::now() - r.create_time).num_milliseconds() as f64 / 1000.0);
+            let stuck = outbox.lease_expired(1000).await?.len();
+            if json {
+                output::json(&serde_json::json!({
+                    "counts": counts,
+                    "backlog": counts.pending + counts.failed + counts.in_progress,
+                    "oldestPendingAgeSeconds": lag_seconds,
+                    "expiredLeases": stuck,
+                }))?;
+            } else {
+                println!(
+                    "last {hours} h{}: {} pending, {} in progress, {} published, {} failed, {} cancelled",
+                    event_type.map(|t| format!(" of {t}")).unwrap_or_default(),
+                    counts.pending,
+                    counts.in_progress,
+                    counts.succeeded,
+                    counts.failed,
+                    counts.cancelled
+                );
+                match lag_seconds {
+                    Some(lag) => println!("oldest pending event: {lag:.1} s old"),
+                    None => println!("no pending event"),
+                }
+                println!("expired leases: {stuck}");
+            }
+        }
+        OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,
+        OutboxCommand::Failed {
+            topic,
+            min_retries,
+            limit,
+            ..
+        } => {
+            let records = match topic {
+                Some(topic) => outbox.failed_by_topic(&topic, limit).await?,
+                None => outbox.many_failures(min_retries, limit).await?,
+            };
+            print_records(&records, json)?;
+        }
+        OutboxCommand::Stuck { limit, .. } => {
+            print_records(&outbox.lease_expired(limit).await?, json)?
+        }
+        OutboxCommand::Aggregate {
+            aggregate_type,
+            aggregate_id,
+            ..
+        } => {
+            print_records(
+                &outbox.by_aggregate(&aggregate_type, &aggregate_id).await?,
+                json,
+            )?;
+        }
+        OutboxCommand::Show { event_no, .. } => match outbox.by_event_no(&event_no).await? {
+            Some(record) => output::json(&record)?,
+            None => {
+                eprintln!("eventctl: no outbox event has event_no {event_no}");
+                return Ok(ExitCode::from(1));
+            }
+        },
+        OutboxCommand::Retry { event_no, .. } => {
+            return report_action(
+                outbox.retry(&event_no).await?,
+                &event_no,
+                "put back to pending",
+                "it is not failed (only failed events can be retried)",
+                json,
+            );
+        }
+        OutboxCommand::Cancel {
+            event_no, reason, ..
+        } => {
+            return report_action(
+                outbox.cancel(&event_no, &reason).await?,
+                &event_no,
+                "cancelled",
+                "it is not pending or failed (published, in-progress and cancelled events stay as they are)",
+                json,
+            );
+        }
+        OutboxCommand::Skip {
+            aggregate_type,
+            aggregate_id,
+            reason,
+            ..
+        } => {
+            match outbox
+                .skip_head(&aggregate_type, &aggregate_id, &reason)
+                .await?
+            {
+                Some(event_no) => {
+                    if json {
+                        output::json(&serde_json::json!({ "skipped": event_no }))?;
+                    } else {
+                        println!(
+                            "skipped {event_no}; the rest of {aggregate_type} {aggregate_id} can now be published"
+                        );
+                    }
+                }
+                None => {
+                    eprintln!(
+                        "eventctl: {aggregate_type} {aggregate_id} has no pending or failed event to skip"
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_action(
+    done: bool,
+    event_no: &str,
+    verb: &str,
+    why_not: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        output::json(&serde_json::json!({ "eventNo": event_no, "changed": done }))?;
+    } else if done {
+        println!("{event_no}: {verb}");
+    } else {
+        eprintln!("eventctl: {event_no} was not changed: it does not exist or {why_not}");
+    }
+    Ok(if done {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_records(records: &[OutboxRecord], json: bool) -> anyhow::Result<()> {
+    if json {
+        return output::json(&records);
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.event_no.clone(),
+                r.event_type.clone(),
+                format!(
+                    "{}/{}#{}",
+                    r.aggregate_type, r.aggregate_id, r.aggregate_sequence
+                ),
+                r.publish_status.to_string(),
+                format!("{}/{}", r.retry_count, r.max_retry_count),
+                output::time(r.next_retry_time),
+                r.fail_reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    output::table(
+        &[
+            "EVENT_NO",
+            "TYPE",
+            "AGGREGATE",
+            "STATUS",
+            "RETRIES",
+            "NEXT_RETRY",
+            "FAIL_REASON",
+        ],
+        &rows,
+    );
+    println!("({} events)", records.len());
+    Ok(())
+}
