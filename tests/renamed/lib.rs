@@ -1,1 +1,1 @@
-//! Holds the renamed-runtime trybuild case; see `tests/ui/pass/renamed`.
+//! Holds the renamed-runtime trybuild case; see `event-core/tests/ui/pass/renamed`.
