@@ -26,6 +26,7 @@
 mod backend;
 mod config;
 mod error;
+mod message;
 mod outbox;
 mod publisher;
 mod record;
@@ -33,9 +34,11 @@ mod relay;
 mod status;
 mod table;
 
+pub use backend::message::MessageBackend;
 pub use backend::{Backend, Dialect};
 pub use config::{OutboxConfig, Route};
 pub use error::OutboxError;
+pub use message::{MessageEvent, MessageRecord, MessageStore};
 pub use outbox::Outbox;
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
 pub use record::{FlushReport, OutboxRecord, RecordError, StatusCounts};

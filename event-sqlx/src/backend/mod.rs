@@ -15,6 +15,7 @@ use crate::{EventStatus, TableName};
 
 #[macro_use]
 mod imp;
+pub(crate) mod message;
 
 /// The SQL dialect of a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
