@@ -39,6 +39,12 @@ CREATE INDEX IF NOT EXISTS outbox_idx_event_type_create_time ON biz_outbox_event
 CREATE INDEX IF NOT EXISTS outbox_idx_topic_create_time ON biz_outbox_event (topic, create_time);
 CREATE INDEX IF NOT EXISTS outbox_idx_trace_id ON biz_outbox_event (trace_id);
 CREATE INDEX IF NOT EXISTS outbox_idx_create_time ON biz_outbox_event (create_time);
+-- The relay's claim walks only the claimable rows, in id order: its cost does not grow with the
+-- published history.
+CREATE INDEX IF NOT EXISTS outbox_idx_claimable ON biz_outbox_event (id) WHERE publish_status IN (0, 3) AND deleted = 0;
+-- Per-aggregate order asks "is an earlier event of this aggregate unpublished?": answered from the
+-- unpublished rows alone, however long the aggregate's history.
+CREATE INDEX IF NOT EXISTS outbox_idx_unpublished_aggregate ON biz_outbox_event (aggregate_type, aggregate_id, aggregate_sequence) WHERE publish_status IN (0, 1, 3) AND deleted = 0;
 
 CREATE TABLE IF NOT EXISTS biz_message_event (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -141,7 +141,7 @@ macro_rules! impl_backend {
                             .push_bind(claim.now)
                             .push(")");
                         q.push(ordering.as_str());
-                        q.push(super::CLAIM_ORDER);
+                        q.push(super::claim_order(Self::DIALECT));
                         q.push(" LIMIT ").push_bind(claim.limit);
                     };
                     let set_claimed = |q: &mut QueryBuilder<$db>| {

@@ -212,14 +212,20 @@ pub(crate) const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id,
 /// Statements are kept well under every backend's bind-parameter limit (SQLite: 32766).
 pub(crate) const ROWS_PER_INSERT: usize = 500;
 
-/// The ORDER BY of a claim: the order of `idx_status_retry_time`, so that the scan stops after
-/// `limit` rows instead of sorting the whole backlog; pending rows come out oldest first.
-pub(crate) const CLAIM_ORDER: &str =
-    " ORDER BY o.publish_status, o.next_retry_time, o.retry_count, o.id";
+/// The ORDER BY of a claim, in the order of an index so that the scan stops after `limit` rows
+/// instead of sorting the backlog: the partial index `outbox_idx_claimable (id)` on PostgreSQL
+/// and SQLite; `idx_status_retry_time`, whose InnoDB entries end with the primary key, on MySQL.
+pub(crate) fn claim_order(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres | Dialect::Sqlite => " ORDER BY o.id",
+        Dialect::MySql => " ORDER BY o.publish_status, o.next_retry_time, o.retry_count, o.id",
+    }
+}
 
 /// What makes a row claimable (`o` is the row): pending, or failed with retries left; and due.
-pub(crate) const CLAIMABLE: &str = "o.deleted = 0 \
-    AND (o.publish_status = 0 OR (o.publish_status = 3 AND o.retry_count < o.max_retry_count))";
+/// The first two terms are the predicate of the partial index `outbox_idx_claimable`.
+pub(crate) const CLAIMABLE: &str = "o.publish_status IN (0, 3) AND o.deleted = 0 \
+    AND (o.publish_status = 0 OR o.retry_count < o.max_retry_count)";
 
 /// Per-aggregate order: no earlier event of the same aggregate is still unpublished.
 pub(crate) const NO_EARLIER_UNPUBLISHED: &str = " AND NOT EXISTS (SELECT 1 FROM {t} p \

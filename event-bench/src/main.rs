@@ -1,0 +1,359 @@
+//! The benchmark harness. Every figure is a ratio against a baseline measured in the same run on
+//! the same database, because the machine is noisy:
+//!
+//! - a business transaction (one UPDATE, one INSERT) with 1 and with 10 outbox events, against
+//!   the same transaction without;
+//! - the relay draining a backlog, against a naive relay that follows the seed's one-row SQL
+//!   literally, and against the raw multi-row INSERT rate of the same rows;
+//! - the relay's batch latency with 10k and with 1M published rows in the table.
+//!
+//! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
+
+mod sql;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Parser;
+use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+use event_sqlx::{OutboxMessage, PublishError, Publisher, RelayConfig};
+use event_tests::db::TestDb;
+use event_tests::fixtures::{NoteAdded, Order};
+use serde::Serialize;
+
+use crate::sql::{BenchDb, RawRow};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// sqlite, postgres, mysql or all.
+    #[arg(long, default_value = "all")]
+    backend: String,
+    /// Business transactions per variant in the overhead benchmark.
+    #[arg(long, default_value_t = 600)]
+    transactions: usize,
+    /// Backlog the relay drains.
+    #[arg(long, default_value_t = 100_000)]
+    events: usize,
+    /// Published rows in the table for the large claim measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    published: i64,
+    /// Events the relay claims per batch in the drain.
+    #[arg(long, default_value_t = 500)]
+    batch: u32,
+    /// Where to write the results.
+    #[arg(long, default_value = "benches/results/outbox.json")]
+    out: PathBuf,
+}
+
+/// A publisher that accepts everything after serializing it, as a real one would.
+struct Serializing;
+
+impl Publisher for Serializing {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        messages
+            .iter()
+            .map(|m| {
+                std::hint::black_box(serde_json::to_vec(&m.envelope).map_err(PublishError::new))
+                    .map(drop)
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+struct BackendResult {
+    backend: String,
+    tx_without_outbox_us: f64,
+    tx_with_1_event_us: f64,
+    tx_with_10_events_us: f64,
+    overhead_1_event: f64,
+    overhead_10_events: f64,
+    raw_insert_events_per_s: f64,
+    relay_drain_events_per_s: f64,
+    naive_relay_events_per_s: f64,
+    drain_vs_naive: f64,
+    drain_vs_raw_insert: f64,
+    batch_latency_10k_published_ms: f64,
+    batch_latency_large_published_ms: f64,
+    large_published_rows: i64,
+    batch_latency_ratio: f64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    let all = args.backend == "all";
+    if all || args.backend == "sqlite" {
+        let db = TestDb::sqlite().await.context("SQLite")?;
+        results.push(bench("sqlite", &db, &args).await?);
+        db.cleanup().await;
+    }
+    if all || args.backend == "postgres" {
+        let db = TestDb::postgres()
+            .await
+            .context("PostgreSQL is unreachable")?;
+        results.push(bench("postgres", &db, &args).await?);
+        db.cleanup().await;
+    }
+    if all || args.backend == "mysql" {
+        let db = TestDb::mysql()
+            .await
+            .context("MariaDB/MySQL is unreachable")?;
+        results.push(bench("mysql", &db, &args).await?);
+        db.cleanup().await;
+    }
+    let machine = machine();
+    let report = serde_json::json!({
+        "machine": machine,
+        "measuredAt": Utc::now(),
+        "events": args.events,
+        "transactionsPerVariant": args.transactions,
+        "relayBatch": args.batch,
+        "results": results,
+    });
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("\nmachine: {machine}");
+    println!(
+        "| backend | outbox overhead, 1 event | 10 events | drain vs naive relay | drain vs raw INSERT | batch latency at {} vs 10k published |",
+        args.published
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in &results {
+        println!(
+            "| {} | {:+.1}% ({:.0} -> {:.0} µs) | {:+.1}% | {:.1}x ({:.0} vs {:.0} ev/s) | {:.0}% ({:.0} vs {:.0} ev/s) | {:.2}x ({:.2} vs {:.2} ms) |",
+            r.backend,
+            r.overhead_1_event * 100.0,
+            r.tx_without_outbox_us,
+            r.tx_with_1_event_us,
+            r.overhead_10_events * 100.0,
+            r.drain_vs_naive,
+            r.relay_drain_events_per_s,
+            r.naive_relay_events_per_s,
+            r.drain_vs_raw_insert * 100.0,
+            r.relay_drain_events_per_s,
+            r.raw_insert_events_per_s,
+            r.batch_latency_ratio,
+            r.batch_latency_large_published_ms,
+            r.batch_latency_10k_published_ms,
+        );
+    }
+    println!("\nwritten to {}", args.out.display());
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned())
+        })
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb / 1024 / 1024)
+        .unwrap_or(0);
+    format!("{cores} cores ({cpu}), {mem} GiB")
+}
+
+async fn bench<DB: BenchDb>(
+    name: &str,
+    db: &TestDb<DB>,
+    args: &Args,
+) -> anyhow::Result<BackendResult>
+where
+    event_sqlx::Relay<DB, Serializing>: Send,
+{
+    eprintln!("== {name}");
+    DB::setup(db.pool()).await?;
+    let mut r = BackendResult {
+        backend: name.to_owned(),
+        ..BackendResult::default()
+    };
+
+    // (a) The business transaction with 0, 1 and 10 outbox events, interleaved in rounds so that
+    // drift in the machine's load hits every variant alike.
+    let rounds = 6;
+    let per_round = (args.transactions / rounds).max(1);
+    let mut totals = [Duration::ZERO; 3];
+    let mut serial = 0usize;
+    for round in 0..=rounds {
+        for (variant, events) in [0usize, 1, 10].into_iter().enumerate() {
+            let started = Instant::now();
+            for _ in 0..per_round {
+                serial += 1;
+                let mut tx = db.pool().begin().await?;
+                DB::business_write(&mut tx, (serial % 1000) as i64).await?;
+                if events > 0 {
+                    let mut order = Order {
+                        id: format!("tx-{serial}"),
+                        paid: false,
+                        events: RecordedEvents::new(),
+                    };
+                    for _ in 0..events {
+                        order.record(NoteAdded {
+                            text: "note".into(),
+                        })?;
+                    }
+                    let mut uow = UnitOfWork::new(EventContext::new("bench"));
+                    uow.collect(&mut order)?;
+                    db.outbox.flush(&mut tx, &uow.commit()).await?;
+                }
+                tx.commit().await?;
+            }
+            if round > 0 {
+                // Round 0 warms up.
+                totals[variant] += started.elapsed();
+            }
+        }
+    }
+    let n = (per_round * rounds) as f64;
+    r.tx_without_outbox_us = totals[0].as_secs_f64() * 1e6 / n;
+    r.tx_with_1_event_us = totals[1].as_secs_f64() * 1e6 / n;
+    r.tx_with_10_events_us = totals[2].as_secs_f64() * 1e6 / n;
+    r.overhead_1_event = r.tx_with_1_event_us / r.tx_without_outbox_us - 1.0;
+    r.overhead_10_events = r.tx_with_10_events_us / r.tx_without_outbox_us - 1.0;
+    eprintln!(
+        "   transactions: {:.0} / {:.0} / {:.0} µs",
+        r.tx_without_outbox_us, r.tx_with_1_event_us, r.tx_with_10_events_us
+    );
+
+    // (b) The raw multi-row INSERT of a backlog, then the relay draining it.
+    DB::truncate(db.pool()).await?;
+    let rows = backlog("E", args.events, 0);
+    let now = event_now();
+    let started = Instant::now();
+    for chunk in rows.chunks(5000) {
+        DB::raw_insert(db.pool(), chunk, now).await?;
+    }
+    r.raw_insert_events_per_s = args.events as f64 / started.elapsed().as_secs_f64();
+    DB::analyze(db.pool()).await?;
+    let relay = db.outbox.relay(
+        Serializing,
+        RelayConfig::new("bench").batch_size(args.batch),
+    );
+    let started = Instant::now();
+    let mut drained = 0;
+    loop {
+        let report = relay.run_once().await?;
+        drained += report.published;
+        if report.claimed == 0 {
+            break;
+        }
+    }
+    anyhow::ensure!(
+        drained == args.events,
+        "the relay drained {drained} of {} events",
+        args.events
+    );
+    r.relay_drain_events_per_s = args.events as f64 / started.elapsed().as_secs_f64();
+    eprintln!(
+        "   raw insert {:.0}/s, relay drain {:.0}/s",
+        r.raw_insert_events_per_s, r.relay_drain_events_per_s
+    );
+
+    // The naive relay on a fresh backlog of the same shape, for at most 20 s.
+    let naive_rows = backlog("N", 20_000, 1_000_000);
+    for chunk in naive_rows.chunks(5000) {
+        DB::raw_insert(db.pool(), chunk, event_now()).await?;
+    }
+    DB::analyze(db.pool()).await?;
+    let started = Instant::now();
+    let mut naive = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        let published = DB::naive_relay_round(db.pool()).await?;
+        if published == 0 {
+            break;
+        }
+        naive += published;
+    }
+    r.naive_relay_events_per_s = naive as f64 / started.elapsed().as_secs_f64();
+    r.drain_vs_naive = r.relay_drain_events_per_s / r.naive_relay_events_per_s;
+    r.drain_vs_raw_insert = r.relay_drain_events_per_s / r.raw_insert_events_per_s;
+    eprintln!("   naive relay {:.0}/s", r.naive_relay_events_per_s);
+
+    // (c) Batch latency with 10k, then with many, published rows in the table.
+    DB::truncate(db.pool()).await?;
+    DB::fill_published(db.pool(), 0, 10_000).await?;
+    r.batch_latency_10k_published_ms = batch_latency(db, "C", 2_000_000).await?;
+    eprintln!("   filling {} published rows", args.published);
+    DB::fill_published(db.pool(), 10_000, args.published - 10_000).await?;
+    r.large_published_rows = args.published;
+    r.batch_latency_large_published_ms = batch_latency(db, "D", 3_000_000).await?;
+    r.batch_latency_ratio = r.batch_latency_large_published_ms / r.batch_latency_10k_published_ms;
+    eprintln!(
+        "   batch latency {:.2} ms -> {:.2} ms",
+        r.batch_latency_10k_published_ms, r.batch_latency_large_published_ms
+    );
+    Ok(r)
+}
+
+/// The median time of one relay batch of 100 (claim, publish, mark) over 2000 pending events.
+async fn batch_latency<DB: BenchDb>(
+    db: &TestDb<DB>,
+    prefix: &str,
+    offset: usize,
+) -> anyhow::Result<f64> {
+    let rows = backlog(prefix, 2000, offset);
+    for chunk in rows.chunks(1000) {
+        DB::raw_insert(db.pool(), chunk, event_now()).await?;
+    }
+    DB::analyze(db.pool()).await?;
+    let relay = db
+        .outbox
+        .relay(Serializing, RelayConfig::new("latency").batch_size(100));
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let report = relay.run_once().await?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(
+            report.published == 100,
+            "a batch published {}",
+            report.published
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// `count` events over `count / 10` aggregates, ten each, interleaved as a busy service commits.
+fn backlog(prefix: &str, count: usize, offset: usize) -> Vec<RawRow> {
+    let aggregates = (count / 10).max(1);
+    (0..count)
+        .map(|k| RawRow {
+            event_no: format!("{prefix}-{}", k + offset),
+            aggregate_id: format!("{prefix}-a{}", (k % aggregates) + offset),
+            sequence: (k / aggregates) as i64 + 1,
+        })
+        .collect()
+}
+
+fn event_now() -> chrono::DateTime<Utc> {
+    let now = Utc::now();
+    chrono::DurationRound::duration_trunc(now, chrono::TimeDelta::microseconds(1)).unwrap_or(now)
+}
