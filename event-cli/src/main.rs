@@ -6,6 +6,7 @@ mod db;
 mod demo;
 mod ops;
 mod output;
+mod schema;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ pub(crate) struct DbArgs {
 
 #[derive(Debug, Subcommand)]
 enum SchemaCommand {
+    /// Compare two schema files: exit 0 compatible, 1 incompatible, 2 bad input.
+    Diff(schema::DiffArgs),
     /// Print the JSON schema of the event envelope, the shape every transport and table carries.
     Envelope {
         /// Write it to this file instead of standard output.
@@ -91,6 +94,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(db) => ops::migrate(&db).await,
         Command::Relay(args) => ops::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
+        Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {
             let schema = event_core::EventEnvelope::json_schema();
             let text = serde_json::to_string_pretty(&schema)? + "\n";

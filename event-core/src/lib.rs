@@ -45,6 +45,7 @@ mod aggregate;
 mod envelope;
 mod event;
 mod event_no;
+pub mod schema;
 mod trace;
 mod uow;
 

@@ -1,0 +1,912 @@
+//! Compares two schema graphs, rule by rule, the way Confluent Schema Registry's JSON-schema diff
+//! does: the changes that a reader on the new schema sees when it reads data written with the old
+//! one.
+
+use std::collections::{HashMap, HashSet};
+
+use super::model::{ArrayNode, Criterion, Graph, Kind, NodeId, NumberNode, ObjectNode, StringNode};
+use super::rule::Rule;
+
+/// One change, at a JSON pointer into the schemas (`#/properties/amount/maximum`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Change {
+    pub(crate) rule: Rule,
+    pub(crate) path: String,
+}
+
+/// Where changes are being collected, and the path to the current position.
+#[derive(Debug, Default)]
+struct Ctx {
+    path: Vec<String>,
+    changes: Vec<Change>,
+}
+
+impl Ctx {
+    fn sub(&self) -> Ctx {
+        Ctx {
+            path: self.path.clone(),
+            changes: Vec::new(),
+        }
+    }
+
+    fn pointer(&self) -> String {
+        format!("#/{}", self.path.join("/"))
+    }
+
+    fn add(&mut self, rule: Rule) {
+        let path = self.pointer();
+        self.changes.push(Change { rule, path });
+    }
+
+    fn add_at(&mut self, attribute: &str, rule: Rule) {
+        self.path.push(attribute.to_owned());
+        self.add(rule);
+        self.path.pop();
+    }
+
+    fn extend(&mut self, changes: Vec<Change>) {
+        self.changes.extend(changes);
+    }
+
+    /// Adds changes computed relative to a pair, under the current path.
+    fn extend_rebased(&mut self, relative: &[Change]) {
+        let prefix = self.pointer();
+        for change in relative {
+            let path = if self.path.is_empty() {
+                change.path.clone()
+            } else if change.path.len() <= 2 {
+                prefix.clone()
+            } else {
+                format!("{prefix}/{}", &change.path[2..])
+            };
+            self.changes.push(Change {
+                rule: change.rule,
+                path,
+            });
+        }
+    }
+
+    fn is_compatible(&self) -> bool {
+        self.changes.iter().all(|c| c.rule.is_compatible())
+    }
+
+    fn enter(&mut self, segment: impl Into<String>) {
+        self.path.push(segment.into());
+    }
+
+    fn leave(&mut self) {
+        self.path.pop();
+    }
+}
+
+/// The comparison of one old graph with one new graph. Each pair of nodes is compared once: the
+/// result is kept, and a pair met again while it is still being compared (a recursive schema) is
+/// taken as compatible, so every comparison terminates.
+pub(crate) struct Comparer<'g> {
+    old: &'g Graph,
+    new: &'g Graph,
+    /// Inside an odd number of `not`s the two graphs are swapped; pairs are keyed with it.
+    swapped: bool,
+    memo: HashMap<(bool, NodeId, NodeId), Vec<Change>>,
+    in_progress: HashSet<(bool, NodeId, NodeId)>,
+}
+
+impl<'g> Comparer<'g> {
+    pub(crate) fn new(old: &'g Graph, new: &'g Graph) -> Comparer<'g> {
+        Comparer {
+            old,
+            new,
+            swapped: false,
+            memo: HashMap::new(),
+            in_progress: HashSet::new(),
+        }
+    }
+
+    /// Every change from the old root to the new root.
+    pub(crate) fn changes(mut self) -> Vec<Change> {
+        let mut ctx = Ctx::default();
+        self.compare(&mut ctx, Some(self.old.root), Some(self.new.root));
+        ctx.changes
+    }
+
+    fn compare(&mut self, ctx: &mut Ctx, old: Option<NodeId>, new: Option<NodeId>) {
+        let (old, new) = match (old, new) {
+            (None, None) => return,
+            (None, Some(_)) => return ctx.add(Rule::SchemaAdded),
+            (Some(_), None) => return ctx.add(Rule::SchemaRemoved),
+            (Some(old), Some(new)) => (old, new),
+        };
+        let key = (self.swapped, old, new);
+        if let Some(known) = self.memo.get(&key) {
+            let known = known.clone();
+            return ctx.extend_rebased(&known);
+        }
+        if !self.in_progress.insert(key) {
+            return;
+        }
+        let mut pair = Ctx::default();
+        self.compare_nodes(&mut pair, old, new);
+        self.in_progress.remove(&key);
+        ctx.extend_rebased(&pair.changes);
+        self.memo.insert(key, pair.changes);
+    }
+
+    fn compare_nodes(&mut self, ctx: &mut Ctx, old: NodeId, new: NodeId) {
+        let (o, n) = (&self.old.nodes[old], &self.new.nodes[new]);
+        match (&o.kind, &n.kind) {
+            (Kind::Combined(..), Kind::Combined(..)) => {}
+            (_, Kind::Combined(criterion, subs)) => {
+                let (criterion, subs) = (*criterion, subs.clone());
+                if subs.len() == 1 {
+                    let mut sub = ctx.sub();
+                    self.compare(&mut sub, Some(old), Some(subs[0]));
+                    if sub.is_compatible() {
+                        return ctx.extend(sub.changes);
+                    }
+                } else if matches!(criterion, Criterion::Any | Criterion::One) {
+                    for candidate in subs {
+                        let mut sub = ctx.sub();
+                        self.compare(&mut sub, Some(old), Some(candidate));
+                        if sub.is_compatible() {
+                            ctx.extend(sub.changes);
+                            return ctx.add(Rule::SumTypeExtended);
+                        }
+                    }
+                }
+            }
+            (Kind::Combined(_, subs), _) if subs.len() == 1 => {
+                let only = subs[0];
+                let mut sub = ctx.sub();
+                self.compare(&mut sub, Some(only), Some(new));
+                if sub.is_compatible() {
+                    return ctx.extend(sub.changes);
+                }
+            }
+            (Kind::Combined(Criterion::All, subs), _) => {
+                // Data valid for all the conjuncts is valid for any one of them: the new schema
+                // may keep just one.
+                for candidate in subs.clone() {
+                    let mut sub = ctx.sub();
+                    self.compare(&mut sub, Some(candidate), Some(new));
+                    if sub.is_compatible() {
+                        ctx.extend(sub.changes);
+                        return ctx.add(Rule::ProductTypeNarrowed);
+                    }
+                }
+            }
+            _ => {}
+        }
+        let (o, n) = (&self.old.nodes[old], &self.new.nodes[new]);
+        if o.kind.class() != n.kind.class() {
+            if !(matches!(o.kind, Kind::False) || matches!(n.kind, Kind::Empty)) {
+                ctx.add(Rule::TypeChanged);
+            }
+            return;
+        }
+        if o.common.id != n.common.id {
+            ctx.add(Rule::IdChanged);
+        }
+        if o.common.title != n.common.title {
+            ctx.add(Rule::TitleChanged);
+        }
+        if o.common.description != n.common.description {
+            ctx.add(Rule::DescriptionChanged);
+        }
+        if o.common.default != n.common.default {
+            ctx.add(Rule::DefaultChanged);
+        }
+        match (o.kind.clone(), n.kind.clone()) {
+            (Kind::String(a), Kind::String(b)) => strings(ctx, &a, &b),
+            (Kind::Number(a), Kind::Number(b)) => numbers(ctx, &a, &b),
+            (Kind::Enum(a), Kind::Enum(b)) => {
+                let same = a.len() == b.len()
+                    && a.iter().all(|v| b.contains(v))
+                    && b.iter().all(|v| a.contains(v));
+                if !same {
+                    if a.iter().all(|v| b.contains(v)) {
+                        ctx.add_at("enum", Rule::EnumArrayExtended);
+                    } else if b.iter().all(|v| a.contains(v)) {
+                        ctx.add_at("enum", Rule::EnumArrayNarrowed);
+                    } else {
+                        ctx.add_at("enum", Rule::EnumArrayChanged);
+                    }
+                }
+            }
+            (Kind::Const(a), Kind::Const(b)) if a != b => {
+                ctx.add_at("const", Rule::EnumArrayChanged)
+            }
+            (Kind::Not(a), Kind::Not(b)) => {
+                ctx.enter("not");
+                let mut sub = ctx.sub();
+                // What the old schema excluded must still be excluded: compare them reversed.
+                self.swap();
+                self.compare(&mut sub, Some(b), Some(a));
+                self.swap();
+                ctx.add(if sub.is_compatible() {
+                    Rule::NotTypeNarrowed
+                } else {
+                    Rule::NotTypeExtended
+                });
+                ctx.leave();
+            }
+            (Kind::Combined(ca, sa), Kind::Combined(cb, sb)) => {
+                self.combined(ctx, ca, &sa, cb, &sb)
+            }
+            (Kind::Object(a), Kind::Object(b)) => self.objects(ctx, &a, &b),
+            (Kind::Array(a), Kind::Array(b)) => self.arrays(ctx, &a, &b),
+            _ => {}
+        }
+    }
+
+    fn swap(&mut self) {
+        std::mem::swap(&mut self.old, &mut self.new);
+        self.swapped = !self.swapped;
+    }
+
+    fn combined(
+        &mut self,
+        ctx: &mut Ctx,
+        ca: Criterion,
+        sa: &[NodeId],
+        cb: Criterion,
+        sb: &[NodeId],
+    ) {
+        let criterion_change = if ca == cb {
+            None
+        } else if cb == Criterion::Any {
+            Some(Rule::CombinedTypeExtended)
+        } else if cb == Criterion::One {
+            // A singleton on either side: the subschema matching below decides.
+            Some(if sa.len() == 1 || sb.len() == 1 {
+                Rule::CombinedTypeExtended
+            } else {
+                Rule::CombinedTypeChanged
+            })
+        } else if sa.len() == 1 && sb.len() == 1 {
+            Some(Rule::CombinedTypeExtended)
+        } else {
+            Some(Rule::CombinedTypeChanged)
+        };
+        if let Some(rule) = criterion_change {
+            ctx.add(rule);
+            if rule == Rule::CombinedTypeChanged {
+                return;
+            }
+        }
+        let olds = distinct(self.old, sa);
+        let news = distinct(self.new, sb);
+        if olds.len() < news.len() {
+            ctx.add(if cb == Criterion::All {
+                Rule::ProductTypeExtended
+            } else {
+                Rule::SumTypeExtended
+            });
+        } else if olds.len() > news.len() {
+            // Fewer subschemas narrow what the old combination was: fewer conjuncts accept more.
+            ctx.add(if ca == Criterion::All {
+                Rule::ProductTypeNarrowed
+            } else {
+                Rule::SumTypeNarrowed
+            });
+        }
+        let mut edges: Vec<Vec<Option<Vec<Change>>>> = vec![vec![None; news.len()]; olds.len()];
+        for (i, &o) in olds.iter().enumerate() {
+            ctx.enter(format!("{}/{i}", ca.keyword()));
+            for (j, &n) in news.iter().enumerate() {
+                let mut sub = ctx.sub();
+                self.compare(&mut sub, Some(o), Some(n));
+                if sub.is_compatible() {
+                    edges[i][j] = Some(sub.changes);
+                }
+            }
+            ctx.leave();
+        }
+        let matching = maximum_matching(&edges, news.len());
+        for (i, j) in &matching {
+            if let Some(changes) = edges[*i][*j].take() {
+                ctx.extend(changes);
+            }
+        }
+        if matching.len() < olds.len().min(news.len()) {
+            ctx.add(Rule::CombinedTypeSubschemasChanged);
+        }
+    }
+
+    fn objects(&mut self, ctx: &mut Ctx, a: &ObjectNode, b: &ObjectNode) {
+        // required
+        ctx.enter("required");
+        for key in a.properties.keys() {
+            if let Some(&schema) = b.properties.get(key) {
+                let (was, is) = (a.required.contains(key), b.required.contains(key));
+                if was && !is {
+                    ctx.add_at(key, Rule::RequiredAttributeRemoved);
+                } else if !was && is {
+                    let rule = if self.new.nodes[schema].common.default.is_some() {
+                        Rule::RequiredAttributeWithDefaultAdded
+                    } else {
+                        Rule::RequiredAttributeAdded
+                    };
+                    ctx.add_at(key, rule);
+                }
+            }
+        }
+        ctx.leave();
+
+        // properties
+        ctx.enter("properties");
+        let keys: std::collections::BTreeSet<&String> =
+            a.properties.keys().chain(b.properties.keys()).collect();
+        for key in keys {
+            ctx.enter(key.clone());
+            match (
+                a.properties.get(key).copied(),
+                b.properties.get(key).copied(),
+            ) {
+                (Some(old), None) => {
+                    if object_is_open(self.new, b) {
+                        ctx.add(Rule::PropertyRemovedFromOpenContentModel);
+                    } else if let Some(partial) = object_partial(self.new, b, key) {
+                        let mut sub = ctx.sub();
+                        self.compare(&mut sub, Some(old), Some(partial));
+                        let ok = sub.is_compatible();
+                        ctx.extend(sub.changes);
+                        ctx.add(if ok {
+                            Rule::PropertyRemovedIsCoveredByPartiallyOpenContentModel
+                        } else {
+                            Rule::PropertyRemovedNotCoveredByPartiallyOpenContentModel
+                        });
+                    } else if matches!(self.old.nodes[old].kind, Kind::False) {
+                        ctx.add(Rule::PropertyWithFalseRemovedFromClosedContentModel);
+                    } else {
+                        ctx.add(Rule::PropertyRemovedFromClosedContentModel);
+                    }
+                }
+                (None, Some(new)) => {
+                    if object_is_open(self.old, a) {
+                        if matches!(self.new.nodes[new].kind, Kind::Empty) {
+                            ctx.add(Rule::PropertyWithEmptySchemaAddedToOpenContentModel);
+                        } else {
+                            ctx.add(Rule::PropertyAddedToOpenContentModel);
+                        }
+                    } else {
+                        if let Some(partial) = object_partial(self.old, a, key) {
+                            let mut sub = ctx.sub();
+                            self.compare(&mut sub, Some(partial), Some(new));
+                            let ok = sub.is_compatible();
+                            ctx.extend(sub.changes);
+                            ctx.add(if ok {
+                                Rule::PropertyAddedIsCoveredByPartiallyOpenContentModel
+                            } else {
+                                Rule::PropertyAddedNotCoveredByPartiallyOpenContentModel
+                            });
+                        }
+                        if b.required.contains(key) {
+                            if self.new.nodes[new].common.default.is_some() {
+                                ctx.add(Rule::RequiredPropertyWithDefaultAddedToUnopenContentModel);
+                            } else {
+                                ctx.add(Rule::RequiredPropertyAddedToUnopenContentModel);
+                            }
+                        } else {
+                            ctx.add(Rule::OptionalPropertyAddedToUnopenContentModel);
+                        }
+                    }
+                }
+                (old, new) => self.compare(ctx, old, new),
+            }
+            ctx.leave();
+        }
+        ctx.leave();
+
+        // dependencies
+        ctx.enter("dependencies");
+        let keys: std::collections::BTreeSet<&String> = a
+            .property_dependencies
+            .keys()
+            .chain(b.property_dependencies.keys())
+            .collect();
+        for key in keys {
+            ctx.enter(key.clone());
+            match (
+                a.property_dependencies.get(key),
+                b.property_dependencies.get(key),
+            ) {
+                (_, None) => ctx.add(Rule::DependencyArrayRemoved),
+                (None, Some(_)) => ctx.add(Rule::DependencyArrayAdded),
+                (Some(was), Some(is)) if was != is => {
+                    if is.is_superset(was) {
+                        ctx.add(Rule::DependencyArrayExtended);
+                    } else if was.is_superset(is) {
+                        ctx.add(Rule::DependencyArrayNarrowed);
+                    } else {
+                        ctx.add(Rule::DependencyArrayChanged);
+                    }
+                }
+                _ => {}
+            }
+            ctx.leave();
+        }
+        let keys: std::collections::BTreeSet<&String> = a
+            .schema_dependencies
+            .keys()
+            .chain(b.schema_dependencies.keys())
+            .collect();
+        for key in keys {
+            ctx.enter(key.clone());
+            match (
+                a.schema_dependencies.get(key),
+                b.schema_dependencies.get(key),
+            ) {
+                (_, None) => ctx.add(Rule::DependencySchemaRemoved),
+                (None, Some(_)) => ctx.add(Rule::DependencySchemaAdded),
+                (Some(&old), Some(&new)) => self.compare(ctx, Some(old), Some(new)),
+            }
+            ctx.leave();
+        }
+        ctx.leave();
+
+        // additionalProperties
+        ctx.enter("additionalProperties");
+        if a.permits_additional != b.permits_additional {
+            ctx.add(if b.permits_additional {
+                Rule::AdditionalPropertiesAdded
+            } else {
+                Rule::AdditionalPropertiesRemoved
+            });
+        } else if a.additional.is_none() && b.additional.is_some() {
+            ctx.add(Rule::AdditionalPropertiesNarrowed);
+        } else if a.additional.is_some() && b.additional.is_none() {
+            ctx.add(Rule::AdditionalPropertiesExtended);
+        } else {
+            self.compare(ctx, a.additional, b.additional);
+        }
+        ctx.leave();
+
+        self.unevaluated(
+            ctx,
+            "unevaluatedProperties",
+            a.unevaluated,
+            b.unevaluated,
+            [
+                Rule::UnevaluatedPropertiesAdded,
+                Rule::UnevaluatedPropertiesRemoved,
+                Rule::UnevaluatedPropertiesExtended,
+                Rule::UnevaluatedPropertiesNarrowed,
+            ],
+        );
+
+        bound(
+            ctx,
+            "maxProperties",
+            a.max_properties,
+            b.max_properties,
+            [
+                Rule::MaxPropertiesAdded,
+                Rule::MaxPropertiesRemoved,
+                Rule::MaxPropertiesIncreased,
+                Rule::MaxPropertiesDecreased,
+            ],
+        );
+        bound(
+            ctx,
+            "minProperties",
+            a.min_properties,
+            b.min_properties,
+            [
+                Rule::MinPropertiesAdded,
+                Rule::MinPropertiesRemoved,
+                Rule::MinPropertiesIncreased,
+                Rule::MinPropertiesDecreased,
+            ],
+        );
+    }
+
+    /// `unevaluatedItems` / `unevaluatedProperties`; `rules` are added, removed, extended, narrowed.
+    fn unevaluated(
+        &mut self,
+        ctx: &mut Ctx,
+        keyword: &str,
+        a: Option<NodeId>,
+        b: Option<NodeId>,
+        rules: [Rule; 4],
+    ) {
+        let [added, removed, extended, narrowed] = rules;
+        if a.is_none() && b.is_none() {
+            return;
+        }
+        let is_false = |g: &Graph, id: NodeId| matches!(g.nodes[id].kind, Kind::False);
+        let is_empty = |g: &Graph, id: NodeId| matches!(g.nodes[id].kind, Kind::Empty);
+        ctx.enter(keyword);
+        match (a, b) {
+            (None, Some(n)) => ctx.add(if is_false(self.new, n) {
+                removed
+            } else {
+                narrowed
+            }),
+            (Some(o), None) => ctx.add(if is_false(self.old, o) {
+                added
+            } else {
+                extended
+            }),
+            (Some(o), Some(n)) => {
+                if is_false(self.old, o) && !is_false(self.new, n) {
+                    ctx.add(added);
+                } else if !is_false(self.old, o) && is_false(self.new, n) {
+                    ctx.add(removed);
+                } else if is_empty(self.old, o) && !is_empty(self.new, n) {
+                    ctx.add(narrowed);
+                } else if !is_empty(self.old, o) && is_empty(self.new, n) {
+                    ctx.add(extended);
+                } else {
+                    self.compare(ctx, Some(o), Some(n));
+                }
+            }
+            (None, None) => {}
+        }
+        ctx.leave();
+    }
+
+    fn arrays(&mut self, ctx: &mut Ctx, a: &ArrayNode, b: &ArrayNode) {
+        ctx.enter("items");
+        self.compare(ctx, a.all_items, b.all_items);
+        ctx.leave();
+
+        let common = a.item_schemas.len().min(b.item_schemas.len());
+        for index in 0..common {
+            ctx.enter(format!("items/{index}"));
+            self.compare(
+                ctx,
+                Some(a.item_schemas[index]),
+                Some(b.item_schemas[index]),
+            );
+            ctx.leave();
+        }
+        for (index, &old) in a.item_schemas.iter().enumerate().skip(common) {
+            ctx.enter(format!("items/{index}"));
+            if array_is_open(self.new, b) {
+                ctx.add(Rule::ItemRemovedFromOpenContentModel);
+            } else if let Some(partial) = array_partial(self.new, b) {
+                let mut sub = ctx.sub();
+                self.compare(&mut sub, Some(old), Some(partial));
+                let ok = sub.is_compatible();
+                ctx.extend(sub.changes);
+                ctx.add(if ok {
+                    Rule::ItemRemovedIsCoveredByPartiallyOpenContentModel
+                } else {
+                    Rule::ItemRemovedNotCoveredByPartiallyOpenContentModel
+                });
+            } else if matches!(self.old.nodes[old].kind, Kind::False) {
+                ctx.add(Rule::ItemWithFalseRemovedFromClosedContentModel);
+            } else {
+                ctx.add(Rule::ItemRemovedFromClosedContentModel);
+            }
+            ctx.leave();
+        }
+        for (index, &new) in b.item_schemas.iter().enumerate().skip(common) {
+            ctx.enter(format!("items/{index}"));
+            if array_is_open(self.old, a) {
+                if matches!(self.new.nodes[new].kind, Kind::Empty) {
+                    ctx.add(Rule::ItemWithEmptySchemaAddedToOpenContentModel);
+                } else {
+                    ctx.add(Rule::ItemAddedToOpenContentModel);
+                }
+            } else if let Some(partial) = array_partial(self.old, a) {
+                let mut sub = ctx.sub();
+                self.compare(&mut sub, Some(partial), Some(new));
+                let ok = sub.is_compatible();
+                ctx.extend(sub.changes);
+                ctx.add(if ok {
+                    Rule::ItemAddedIsCoveredByPartiallyOpenContentModel
+                } else {
+                    Rule::ItemAddedNotCoveredByPartiallyOpenContentModel
+                });
+            } else {
+                ctx.add(Rule::ItemAddedToClosedContentModel);
+            }
+            ctx.leave();
+        }
+
+        ctx.enter("additionalItems");
+        if a.permits_additional != b.permits_additional {
+            ctx.add(if a.permits_additional {
+                Rule::AdditionalItemsRemoved
+            } else {
+                Rule::AdditionalItemsAdded
+            });
+        } else if a.additional.is_none() && b.additional.is_some() {
+            ctx.add(Rule::AdditionalItemsNarrowed);
+        } else if a.additional.is_some() && b.additional.is_none() {
+            ctx.add(Rule::AdditionalItemsExtended);
+        } else {
+            self.compare(ctx, a.additional, b.additional);
+        }
+        ctx.leave();
+
+        self.unevaluated(
+            ctx,
+            "unevaluatedItems",
+            a.unevaluated,
+            b.unevaluated,
+            [
+                Rule::UnevaluatedItemsAdded,
+                Rule::UnevaluatedItemsRemoved,
+                Rule::UnevaluatedItemsExtended,
+                Rule::UnevaluatedItemsNarrowed,
+            ],
+        );
+
+        bound(
+            ctx,
+            "maxItems",
+            a.max_items,
+            b.max_items,
+            [
+                Rule::MaxItemsAdded,
+                Rule::MaxItemsRemoved,
+                Rule::MaxItemsIncreased,
+                Rule::MaxItemsDecreased,
+            ],
+        );
+        bound(
+            ctx,
+            "minItems",
+            a.min_items,
+            b.min_items,
+            [
+                Rule::MinItemsAdded,
+                Rule::MinItemsRemoved,
+                Rule::MinItemsIncreased,
+                Rule::MinItemsDecreased,
+            ],
+        );
+        if a.unique_items != b.unique_items {
+            ctx.add_at(
+                "uniqueItems",
+                if a.unique_items {
+                    Rule::UniqueItemsRemoved
+                } else {
+                    Rule::UniqueItemsAdded
+                },
+            );
+        }
+        bound(
+            ctx,
+            "maxContains",
+            a.max_contains,
+            b.max_contains,
+            [
+                Rule::MaxContainsAdded,
+                Rule::MaxContainsRemoved,
+                Rule::MaxContainsIncreased,
+                Rule::MaxContainsDecreased,
+            ],
+        );
+        bound(
+            ctx,
+            "minContains",
+            a.min_contains,
+            b.min_contains,
+            [
+                Rule::MinContainsAdded,
+                Rule::MinContainsRemoved,
+                Rule::MinContainsIncreased,
+                Rule::MinContainsDecreased,
+            ],
+        );
+    }
+}
+
+/// Subschemas without duplicates (by their JSON), in order.
+fn distinct(graph: &Graph, ids: &[NodeId]) -> Vec<NodeId> {
+    let mut out: Vec<NodeId> = Vec::with_capacity(ids.len());
+    for &id in ids {
+        if !out
+            .iter()
+            .any(|&seen| graph.nodes[seen].raw == graph.nodes[id].raw)
+        {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// A maximum matching of the bipartite graph whose edges are the `Some` cells (Kuhn's algorithm).
+fn maximum_matching<T>(edges: &[Vec<Option<T>>], right: usize) -> Vec<(usize, usize)> {
+    fn augment<T>(
+        i: usize,
+        edges: &[Vec<Option<T>>],
+        seen: &mut [bool],
+        owner: &mut [Option<usize>],
+    ) -> bool {
+        for j in 0..owner.len() {
+            if edges[i][j].is_some() && !seen[j] {
+                seen[j] = true;
+                if owner[j].is_none_or(|k| augment(k, edges, seen, owner)) {
+                    owner[j] = Some(i);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; right];
+    for i in 0..edges.len() {
+        let mut seen = vec![false; right];
+        augment(i, edges, &mut seen, &mut owner);
+    }
+    owner
+        .iter()
+        .enumerate()
+        .filter_map(|(j, i)| i.map(|i| (i, j)))
+        .collect()
+}
+
+fn object_is_open(graph: &Graph, o: &ObjectNode) -> bool {
+    o.pattern_properties.is_empty()
+        && o.additional.is_none()
+        && o.permits_additional
+        && o.unevaluated
+            .is_none_or(|u| matches!(graph.nodes[u].kind, Kind::Empty))
+}
+
+fn object_partial(graph: &Graph, o: &ObjectNode, key: &str) -> Option<NodeId> {
+    for (pattern, schema) in &o.pattern_properties {
+        if regex_lite::Regex::new(pattern).is_ok_and(|re| re.is_match(key)) {
+            return Some(*schema);
+        }
+    }
+    if o.additional.is_some() {
+        return o.additional;
+    }
+    unevaluated_partial(graph, o.permits_additional, o.unevaluated)
+}
+
+/// With `additional*` absent, an `unevaluated*` schema other than `true`/`false` is what extra
+/// properties or items must match.
+fn unevaluated_partial(
+    graph: &Graph,
+    permits_additional: bool,
+    unevaluated: Option<NodeId>,
+) -> Option<NodeId> {
+    unevaluated.filter(|&u| {
+        permits_additional && !matches!(graph.nodes[u].kind, Kind::False | Kind::Empty)
+    })
+}
+
+fn array_is_open(graph: &Graph, a: &ArrayNode) -> bool {
+    a.permits_additional
+        && a.additional.is_none()
+        && a.unevaluated
+            .is_none_or(|u| matches!(graph.nodes[u].kind, Kind::Empty))
+}
+
+fn array_partial(graph: &Graph, a: &ArrayNode) -> Option<NodeId> {
+    if a.additional.is_some() {
+        return a.additional;
+    }
+    unevaluated_partial(graph, a.permits_additional, a.unevaluated)
+}
+
+/// A numeric bound; `rules` are added, removed, increased, decreased.
+fn bound<T: PartialOrd + Copy>(
+    ctx: &mut Ctx,
+    attribute: &str,
+    a: Option<T>,
+    b: Option<T>,
+    rules: [Rule; 4],
+) {
+    let [added, removed, increased, decreased] = rules;
+    match (a, b) {
+        (None, Some(_)) => ctx.add_at(attribute, added),
+        (Some(_), None) => ctx.add_at(attribute, removed),
+        (Some(a), Some(b)) if a < b => ctx.add_at(attribute, increased),
+        (Some(a), Some(b)) if a > b => ctx.add_at(attribute, decreased),
+        _ => {}
+    }
+}
+
+fn strings(ctx: &mut Ctx, a: &StringNode, b: &StringNode) {
+    bound(
+        ctx,
+        "maxLength",
+        a.max_length,
+        b.max_length,
+        [
+            Rule::MaxLengthAdded,
+            Rule::MaxLengthRemoved,
+            Rule::MaxLengthIncreased,
+            Rule::MaxLengthDecreased,
+        ],
+    );
+    bound(
+        ctx,
+        "minLength",
+        a.min_length,
+        b.min_length,
+        [
+            Rule::MinLengthAdded,
+            Rule::MinLengthRemoved,
+            Rule::MinLengthIncreased,
+            Rule::MinLengthDecreased,
+        ],
+    );
+    match (&a.pattern, &b.pattern) {
+        (None, Some(_)) => ctx.add_at("pattern", Rule::PatternAdded),
+        (Some(_), None) => ctx.add_at("pattern", Rule::PatternRemoved),
+        (Some(x), Some(y)) if x != y => ctx.add_at("pattern", Rule::PatternChanged),
+        _ => {}
+    }
+}
+
+fn numbers(ctx: &mut Ctx, a: &NumberNode, b: &NumberNode) {
+    bound(
+        ctx,
+        "maximum",
+        a.maximum,
+        b.maximum,
+        [
+            Rule::MaximumAdded,
+            Rule::MaximumRemoved,
+            Rule::MaximumIncreased,
+            Rule::MaximumDecreased,
+        ],
+    );
+    bound(
+        ctx,
+        "minimum",
+        a.minimum,
+        b.minimum,
+        [
+            Rule::MinimumAdded,
+            Rule::MinimumRemoved,
+            Rule::MinimumIncreased,
+            Rule::MinimumDecreased,
+        ],
+    );
+    bound(
+        ctx,
+        "exclusiveMaximum",
+        a.exclusive_maximum,
+        b.exclusive_maximum,
+        [
+            Rule::ExclusiveMaximumAdded,
+            Rule::ExclusiveMaximumRemoved,
+            Rule::ExclusiveMaximumIncreased,
+            Rule::ExclusiveMaximumDecreased,
+        ],
+    );
+    bound(
+        ctx,
+        "exclusiveMinimum",
+        a.exclusive_minimum,
+        b.exclusive_minimum,
+        [
+            Rule::ExclusiveMinimumAdded,
+            Rule::ExclusiveMinimumRemoved,
+            Rule::ExclusiveMinimumIncreased,
+            Rule::ExclusiveMinimumDecreased,
+        ],
+    );
+    match (a.multiple_of, b.multiple_of) {
+        (None, Some(_)) => ctx.add_at("multipleOf", Rule::MultipleOfAdded),
+        (Some(_), None) => ctx.add_at("multipleOf", Rule::MultipleOfRemoved),
+        (Some(x), Some(y)) if x != y => {
+            let divides = |big: f64, small: f64| small != 0.0 && (big / small).fract() == 0.0;
+            let rule = if divides(y, x) {
+                Rule::MultipleOfExpanded
+            } else if divides(x, y) {
+                Rule::MultipleOfReduced
+            } else {
+                Rule::MultipleOfChanged
+            };
+            ctx.add_at("multipleOf", rule);
+        }
+        _ => {}
+    }
+    if a.integer != b.integer {
+        ctx.add(if a.integer {
+            Rule::TypeExtended
+        } else {
+            Rule::TypeNarrowed
+        });
+    }
+}

@@ -1,0 +1,663 @@
+//! A JSON schema read into a graph of typed nodes, the way a validator sees it: each keyword group
+//! (`type`, `enum`, `const`, `not`, `allOf`/`anyOf`/`oneOf`) becomes a node, several groups on one
+//! schema combine as an `allOf`, a `type` array becomes an `anyOf`, and `$ref` points at the node
+//! of its target, so a recursive schema is a cycle in the graph, not an infinite tree.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde_json::Value;
+
+use super::SchemaError;
+
+/// An index into [`Graph::nodes`].
+pub(crate) type NodeId = usize;
+
+/// Nesting deeper than this is rejected: no real schema comes close, and it bounds recursion.
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Common {
+    pub(crate) id: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) default: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Criterion {
+    All,
+    Any,
+    One,
+}
+
+impl Criterion {
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            Criterion::All => "allOf",
+            Criterion::Any => "anyOf",
+            Criterion::One => "oneOf",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ObjectNode {
+    pub(crate) properties: BTreeMap<String, NodeId>,
+    pub(crate) required: BTreeSet<String>,
+    pub(crate) permits_additional: bool,
+    pub(crate) additional: Option<NodeId>,
+    pub(crate) pattern_properties: Vec<(String, NodeId)>,
+    pub(crate) property_dependencies: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) schema_dependencies: BTreeMap<String, NodeId>,
+    pub(crate) unevaluated: Option<NodeId>,
+    pub(crate) min_properties: Option<u64>,
+    pub(crate) max_properties: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ArrayNode {
+    pub(crate) all_items: Option<NodeId>,
+    pub(crate) item_schemas: Vec<NodeId>,
+    pub(crate) permits_additional: bool,
+    pub(crate) additional: Option<NodeId>,
+    pub(crate) unevaluated: Option<NodeId>,
+    pub(crate) min_items: Option<u64>,
+    pub(crate) max_items: Option<u64>,
+    pub(crate) unique_items: bool,
+    pub(crate) min_contains: Option<u64>,
+    pub(crate) max_contains: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NumberNode {
+    pub(crate) integer: bool,
+    pub(crate) minimum: Option<f64>,
+    pub(crate) maximum: Option<f64>,
+    pub(crate) exclusive_minimum: Option<f64>,
+    pub(crate) exclusive_maximum: Option<f64>,
+    pub(crate) multiple_of: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StringNode {
+    pub(crate) min_length: Option<u64>,
+    pub(crate) max_length: Option<u64>,
+    pub(crate) pattern: Option<String>,
+}
+
+/// What a node accepts.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Kind {
+    /// `{}` or `true`: anything.
+    Empty,
+    /// `false`: nothing.
+    False,
+    Null,
+    Boolean,
+    String(StringNode),
+    Number(NumberNode),
+    Object(Box<ObjectNode>),
+    Array(Box<ArrayNode>),
+    Enum(Vec<Value>),
+    Const(Value),
+    Not(NodeId),
+    Combined(Criterion, Vec<NodeId>),
+}
+
+impl Kind {
+    /// Which kind of schema this is, for "the type changed" comparisons.
+    pub(crate) fn class(&self) -> u8 {
+        match self {
+            Kind::Empty => 0,
+            Kind::False => 1,
+            Kind::Null => 2,
+            Kind::Boolean => 3,
+            Kind::String(_) => 4,
+            Kind::Number(_) => 5,
+            Kind::Object(_) => 6,
+            Kind::Array(_) => 7,
+            Kind::Enum(_) => 8,
+            Kind::Const(_) => 9,
+            Kind::Not(_) => 10,
+            Kind::Combined(..) => 11,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Node {
+    pub(crate) common: Common,
+    pub(crate) kind: Kind,
+    /// The JSON the node was read from, to tell duplicate subschemas apart from distinct ones.
+    pub(crate) raw: Value,
+}
+
+/// A schema read into nodes; [`Graph::root`] is the schema itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Graph {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) root: NodeId,
+}
+
+struct Loader<'a> {
+    document: &'a Value,
+    modern: bool,
+    nodes: Vec<Node>,
+    by_pointer: HashMap<String, NodeId>,
+    /// Nodes whose schema is still being read: a `$ref` to one of them is a cycle.
+    building: Vec<NodeId>,
+}
+
+const OBJECT_KEYWORDS: &[&str] = &[
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "unevaluatedProperties",
+];
+const ARRAY_KEYWORDS: &[&str] = &[
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedItems",
+];
+const NUMBER_KEYWORDS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+];
+const STRING_KEYWORDS: &[&str] = &["minLength", "maxLength", "pattern"];
+
+impl Graph {
+    /// Reads `document`. Draft-04 to draft-07 and 2019-09 / 2020-12 are understood; `$ref` must
+    /// be a JSON pointer into the same document (`#/definitions/..`, `#/$defs/..`, `#`).
+    pub(crate) fn load(document: &Value) -> Result<Graph, SchemaError> {
+        let modern = document
+            .get("$schema")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.contains("2020-12") || s.contains("2019-09"));
+        let mut loader = Loader {
+            document,
+            modern,
+            nodes: Vec::new(),
+            by_pointer: HashMap::new(),
+            building: Vec::new(),
+        };
+        let root = loader.node(document, "", 0)?;
+        Ok(Graph {
+            nodes: loader.nodes,
+            root,
+        })
+    }
+}
+
+fn escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+fn unescape(segment: &str) -> String {
+    segment.replace("~1", "/").replace("~0", "~")
+}
+
+impl Loader<'_> {
+    fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// The node for the schema at `pointer`, read once: a second `$ref` to it, or a cycle back
+    /// to it, gets the same node.
+    fn node(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<NodeId, SchemaError> {
+        if let Some(&id) = self.by_pointer.get(pointer) {
+            return Ok(id);
+        }
+        if depth > MAX_DEPTH {
+            return Err(SchemaError::TooDeep {
+                pointer: format!("#{pointer}"),
+                limit: MAX_DEPTH,
+            });
+        }
+        // Reserve the slot first, so that a $ref cycle back here finds it.
+        let id = self.push(Node {
+            common: Common::default(),
+            kind: Kind::Empty,
+            raw: value.clone(),
+        });
+        self.by_pointer.insert(pointer.to_owned(), id);
+        self.building.push(id);
+        let built = self.build(value, pointer, depth);
+        self.building.pop();
+        match built? {
+            Built::Node(node) => {
+                self.nodes[id] = *node;
+                Ok(id)
+            }
+            // A `$ref` to a schema still being read is a cycle: this position is that node.
+            Built::Alias(target) if target == id || self.building.contains(&target) => {
+                self.by_pointer.insert(pointer.to_owned(), target);
+                Ok(target)
+            }
+            // Otherwise the slot becomes the finished target, so that anything that already
+            // points at the slot sees the same schema.
+            Built::Alias(target) => {
+                self.nodes[id] = self.nodes[target].clone();
+                Ok(id)
+            }
+        }
+    }
+
+    fn build(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<Built, SchemaError> {
+        let map = match value {
+            Value::Bool(true) => return Ok(Built::Node(Box::new(self.plain(Kind::Empty, value)))),
+            Value::Bool(false) => return Ok(Built::Node(Box::new(self.plain(Kind::False, value)))),
+            Value::Object(map) => map,
+            other => {
+                return Err(SchemaError::NotASchema {
+                    pointer: format!("#{pointer}"),
+                    found: kind_of(other),
+                });
+            }
+        };
+        if let Some(reference) = map.get("$ref") {
+            let Some(reference) = reference.as_str() else {
+                return Err(SchemaError::BadKeyword {
+                    pointer: format!("#{pointer}/$ref"),
+                    problem: "must be a string".into(),
+                });
+            };
+            let target = self.resolve(reference, pointer, depth)?;
+            return Ok(Built::Alias(target));
+        }
+        let common = Common {
+            id: map
+                .get("$id")
+                .or_else(|| map.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            title: map.get("title").and_then(Value::as_str).map(str::to_owned),
+            description: map
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            default: map.get("default").cloned(),
+        };
+
+        let mut parts: Vec<Kind> = Vec::new();
+        if let Some(values) = map.get("enum") {
+            let Some(values) = values.as_array() else {
+                return Err(SchemaError::BadKeyword {
+                    pointer: format!("#{pointer}/enum"),
+                    problem: "must be an array".into(),
+                });
+            };
+            parts.push(Kind::Enum(values.clone()));
+        }
+        if let Some(value) = map.get("const") {
+            parts.push(Kind::Const(value.clone()));
+        }
+        for criterion in [Criterion::All, Criterion::Any, Criterion::One] {
+            if let Some(list) = map.get(criterion.keyword()) {
+                let Some(list) = list.as_array() else {
+                    return Err(SchemaError::BadKeyword {
+                        pointer: format!("#{pointer}/{}", criterion.keyword()),
+                        problem: "must be an array of schemas".into(),
+                    });
+                };
+                let mut subs = Vec::with_capacity(list.len());
+                for (i, sub) in list.iter().enumerate() {
+                    subs.push(self.node(
+                        sub,
+                        &format!("{pointer}/{}/{i}", criterion.keyword()),
+                        depth + 1,
+                    )?);
+                }
+                parts.push(Kind::Combined(criterion, subs));
+            }
+        }
+        if let Some(not) = map.get("not") {
+            parts.push(Kind::Not(self.node(
+                not,
+                &format!("{pointer}/not"),
+                depth + 1,
+            )?));
+        }
+        match map.get("type") {
+            Some(Value::String(name)) => parts.push(self.typed(name, map, pointer, depth)?),
+            Some(Value::Array(names)) => {
+                let mut typed = Vec::with_capacity(names.len());
+                for name in names {
+                    let Some(name) = name.as_str() else {
+                        return Err(SchemaError::BadKeyword {
+                            pointer: format!("#{pointer}/type"),
+                            problem: "must be a type name or an array of them".into(),
+                        });
+                    };
+                    typed.push(self.typed(name, map, pointer, depth)?);
+                }
+                if typed.len() == 1 {
+                    parts.extend(typed);
+                } else {
+                    let subs = typed
+                        .into_iter()
+                        .map(|kind| self.push(self.plain(kind, value)))
+                        .collect();
+                    parts.push(Kind::Combined(Criterion::Any, subs));
+                }
+            }
+            Some(_) => {
+                return Err(SchemaError::BadKeyword {
+                    pointer: format!("#{pointer}/type"),
+                    problem: "must be a type name or an array of them".into(),
+                });
+            }
+            None => {
+                // No explicit type: the keywords present say which types are constrained.
+                for (name, keywords) in [
+                    ("array", ARRAY_KEYWORDS),
+                    ("object", OBJECT_KEYWORDS),
+                    ("number", NUMBER_KEYWORDS),
+                    ("string", STRING_KEYWORDS),
+                ] {
+                    if keywords.iter().any(|k| map.contains_key(*k)) {
+                        parts.push(self.typed(name, map, pointer, depth)?);
+                    }
+                }
+            }
+        }
+        let kind = match parts.len() {
+            0 => Kind::Empty,
+            1 => parts.remove(0),
+            _ => {
+                let subs = parts
+                    .into_iter()
+                    .map(|kind| self.push(self.plain(kind, value)))
+                    .collect();
+                Kind::Combined(Criterion::All, subs)
+            }
+        };
+        Ok(Built::Node(Box::new(Node {
+            common,
+            kind,
+            raw: value.clone(),
+        })))
+    }
+
+    fn plain(&self, kind: Kind, raw: &Value) -> Node {
+        Node {
+            common: Common::default(),
+            kind,
+            raw: raw.clone(),
+        }
+    }
+
+    fn resolve(
+        &mut self,
+        reference: &str,
+        from: &str,
+        depth: usize,
+    ) -> Result<NodeId, SchemaError> {
+        let Some(fragment) = reference.strip_prefix('#') else {
+            return Err(SchemaError::UnresolvedRef {
+                reference: reference.to_owned(),
+                pointer: format!("#{from}"),
+            });
+        };
+        let mut target = self.document;
+        for segment in fragment.split('/').skip(1) {
+            let segment = unescape(segment);
+            target = match target {
+                Value::Object(map) => map.get(&segment),
+                Value::Array(list) => segment.parse::<usize>().ok().and_then(|i| list.get(i)),
+                _ => None,
+            }
+            .ok_or_else(|| SchemaError::UnresolvedRef {
+                reference: reference.to_owned(),
+                pointer: format!("#{from}"),
+            })?;
+        }
+        let fragment = fragment.trim_end_matches('/').to_owned();
+        self.node(target, &fragment, depth + 1)
+    }
+
+    fn typed(
+        &mut self,
+        name: &str,
+        map: &serde_json::Map<String, Value>,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<Kind, SchemaError> {
+        let uint = |key: &str| map.get(key).and_then(Value::as_u64);
+        let num = |key: &str| map.get(key).and_then(Value::as_f64);
+        Ok(match name {
+            "null" => Kind::Null,
+            "boolean" => Kind::Boolean,
+            "string" => Kind::String(StringNode {
+                min_length: uint("minLength"),
+                max_length: uint("maxLength"),
+                pattern: map
+                    .get("pattern")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            }),
+            "integer" | "number" => Kind::Number(NumberNode {
+                integer: name == "integer",
+                minimum: num("minimum"),
+                maximum: num("maximum"),
+                // Draft-04's boolean form only marks minimum/maximum exclusive.
+                exclusive_minimum: num("exclusiveMinimum"),
+                exclusive_maximum: num("exclusiveMaximum"),
+                multiple_of: num("multipleOf"),
+            }),
+            "object" => Kind::Object(Box::new(self.object(map, pointer, depth)?)),
+            "array" => Kind::Array(Box::new(self.array(map, pointer, depth)?)),
+            other => {
+                return Err(SchemaError::BadKeyword {
+                    pointer: format!("#{pointer}/type"),
+                    problem: format!(
+                        "`{other}` is not a JSON schema type (null, boolean, object, array, number, integer, string)"
+                    ),
+                });
+            }
+        })
+    }
+
+    fn child_map(
+        &mut self,
+        map: &serde_json::Map<String, Value>,
+        key: &str,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<BTreeMap<String, NodeId>, SchemaError> {
+        let mut out = BTreeMap::new();
+        if let Some(Value::Object(children)) = map.get(key) {
+            for (name, child) in children {
+                let id = self.node(
+                    child,
+                    &format!("{pointer}/{key}/{}", escape(name)),
+                    depth + 1,
+                )?;
+                out.insert(name.clone(), id);
+            }
+        }
+        Ok(out)
+    }
+
+    fn object(
+        &mut self,
+        map: &serde_json::Map<String, Value>,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<ObjectNode, SchemaError> {
+        let properties = self.child_map(map, "properties", pointer, depth)?;
+        let pattern_properties = self
+            .child_map(map, "patternProperties", pointer, depth)?
+            .into_iter()
+            .collect();
+        let (permits_additional, additional) = match map.get("additionalProperties") {
+            None | Some(Value::Bool(true)) => (true, None),
+            Some(Value::Bool(false)) => (false, None),
+            Some(schema) => (
+                true,
+                Some(self.node(
+                    schema,
+                    &format!("{pointer}/additionalProperties"),
+                    depth + 1,
+                )?),
+            ),
+        };
+        let required = map
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut property_dependencies = BTreeMap::new();
+        let mut schema_dependencies = BTreeMap::new();
+        for key in ["dependencies", "dependentRequired", "dependentSchemas"] {
+            if let Some(Value::Object(deps)) = map.get(key) {
+                for (name, dep) in deps {
+                    match dep {
+                        Value::Array(list) => {
+                            property_dependencies.insert(
+                                name.clone(),
+                                list.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_owned)
+                                    .collect(),
+                            );
+                        }
+                        schema => {
+                            let id = self.node(
+                                schema,
+                                &format!("{pointer}/{key}/{}", escape(name)),
+                                depth + 1,
+                            )?;
+                            schema_dependencies.insert(name.clone(), id);
+                        }
+                    }
+                }
+            }
+        }
+        let unevaluated = match map.get("unevaluatedProperties") {
+            Some(schema) => Some(self.node(
+                schema,
+                &format!("{pointer}/unevaluatedProperties"),
+                depth + 1,
+            )?),
+            None => None,
+        };
+        Ok(ObjectNode {
+            properties,
+            required,
+            permits_additional,
+            additional,
+            pattern_properties,
+            property_dependencies,
+            schema_dependencies,
+            unevaluated,
+            min_properties: map.get("minProperties").and_then(Value::as_u64),
+            max_properties: map.get("maxProperties").and_then(Value::as_u64),
+        })
+    }
+
+    fn array(
+        &mut self,
+        map: &serde_json::Map<String, Value>,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<ArrayNode, SchemaError> {
+        let mut all_items = None;
+        let mut item_schemas = Vec::new();
+        let mut permits_additional = true;
+        let mut additional = None;
+        let tuple_key = if self.modern { "prefixItems" } else { "items" };
+        if let Some(Value::Array(list)) = map.get(tuple_key) {
+            for (i, item) in list.iter().enumerate() {
+                item_schemas.push(self.node(
+                    item,
+                    &format!("{pointer}/{tuple_key}/{i}"),
+                    depth + 1,
+                )?);
+            }
+        }
+        let (all_key, additional_key) = if self.modern {
+            if map.contains_key("prefixItems") {
+                (None, Some("items"))
+            } else {
+                (Some("items"), None)
+            }
+        } else {
+            (Some("items"), Some("additionalItems"))
+        };
+        if let Some(key) = all_key
+            && let Some(items) = map.get(key)
+            && !items.is_array()
+        {
+            all_items = Some(self.node(items, &format!("{pointer}/{key}"), depth + 1)?);
+        }
+        if let Some(key) = additional_key {
+            match map.get(key) {
+                None | Some(Value::Bool(true)) => {}
+                Some(Value::Bool(false)) => permits_additional = false,
+                Some(schema) => {
+                    additional = Some(self.node(schema, &format!("{pointer}/{key}"), depth + 1)?)
+                }
+            }
+        }
+        let unevaluated = match map.get("unevaluatedItems") {
+            Some(schema) => {
+                Some(self.node(schema, &format!("{pointer}/unevaluatedItems"), depth + 1)?)
+            }
+            None => None,
+        };
+        Ok(ArrayNode {
+            all_items,
+            item_schemas,
+            permits_additional,
+            additional,
+            unevaluated,
+            min_items: map.get("minItems").and_then(Value::as_u64),
+            max_items: map.get("maxItems").and_then(Value::as_u64),
+            unique_items: map
+                .get("uniqueItems")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            min_contains: map.get("minContains").and_then(Value::as_u64),
+            max_contains: map.get("maxContains").and_then(Value::as_u64),
+        })
+    }
+}
+
+enum Built {
+    Node(Box<Node>),
+    Alias(NodeId),
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
