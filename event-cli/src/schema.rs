@@ -30,6 +30,9 @@ pub(crate) struct DiffArgs {
 pub(crate) enum Profile {
     /// Confluent Schema Registry's strict JSON-schema rules.
     Strict,
+    /// serde's semantics: writers closed, readers open unless additionalProperties is false,
+    /// integer formats as ranges.
+    Serde,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -56,8 +59,11 @@ fn read_schema(path: &Path) -> anyhow::Result<Value> {
 pub(crate) fn diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let old = read_schema(&args.old)?;
     let new = read_schema(&args.new)?;
-    let Profile::Strict = args.profile;
-    let report = schema::check(&old, &new, args.mode)
+    let profile = match args.profile {
+        Profile::Strict => schema::Profile::Strict,
+        Profile::Serde => schema::Profile::Serde,
+    };
+    let report = schema::check_with(&old, &new, args.mode, profile)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| {
             format!(

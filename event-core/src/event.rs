@@ -93,3 +93,32 @@ fn event_schema_for<E: DomainEvent>() -> Schema {
     }
     schema
 }
+
+/// A derived event type, registered by `#[derive(DomainEvent)]` so that the snapshot check sees
+/// every event in the program.
+#[doc(hidden)]
+pub struct EventRegistration {
+    /// `EVENT_TYPE`.
+    pub event_type: &'static str,
+    /// `EVENT_VERSION`.
+    pub version: u32,
+    /// The Rust type's path, for messages.
+    pub rust_type: &'static str,
+    /// The compatibility mode set with `compatibility = "..."`.
+    pub compatibility: &'static str,
+    /// The payload schema.
+    pub schema: fn() -> serde_json::Value,
+}
+
+inventory::collect!(EventRegistration);
+
+/// `E`'s schema as JSON, for [`EventRegistration::schema`].
+#[doc(hidden)]
+pub fn event_schema_value<E: DomainEvent>() -> serde_json::Value {
+    serde_json::to_value(E::event_schema()).unwrap_or(serde_json::Value::Null)
+}
+
+/// Every event type derived in this program, in no particular order.
+pub fn registered_events() -> impl Iterator<Item = &'static EventRegistration> {
+    inventory::iter::<EventRegistration>.into_iter()
+}

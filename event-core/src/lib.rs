@@ -48,13 +48,15 @@ mod event_no;
 pub mod schema;
 mod trace;
 mod uow;
+mod upcast;
 
 pub use aggregate::{Aggregate, MAX_AGGREGATE_ID_LEN, RecordError, RecordedEvents};
 pub use envelope::{DecodeError, EventEnvelope, EventHeaders};
-pub use event::{DomainEvent, schema_settings};
+pub use event::{DomainEvent, EventRegistration, registered_events, schema_settings};
 pub use event_no::EventNo;
 pub use trace::{Traceparent, TraceparentError};
 pub use uow::{EventContext, UnitOfWork};
+pub use upcast::{Upcast, UpcastError, UpcasterRegistration, Upcasters};
 
 /// Derives [`DomainEvent`] for a struct with named fields. See [`DomainEvent`] for the attributes.
 pub use event_macros::DomainEvent;
@@ -66,6 +68,11 @@ pub mod __private {
 
     pub use core::option::Option;
     pub use std::string::String;
+
+    pub use inventory;
+
+    pub use crate::event::{EventRegistration, event_schema_value};
+    pub use crate::upcast::step_of;
 
     /// A field used in an `event_no` template.
     #[diagnostic::on_unimplemented(

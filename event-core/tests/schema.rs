@@ -2,7 +2,7 @@
 //! adversarial input, and clear errors for bad input. (Agreement with Confluent's own examples is
 //! checked by `.ci/run` with `shared/conformance`.)
 
-use event_core::schema::{Mode, SchemaError, changes, check, check_history};
+use event_core::schema::{Mode, Profile, SchemaError, changes, check, check_history};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -182,13 +182,17 @@ fn transitive_modes_check_every_earlier_version() {
     let v3 = json!({"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": false});
     // v3 drops `a`, which v1 and v2 writers wrote into a closed model.
     assert!(
-        !check_history(&[v1.clone(), v2.clone(), v3.clone()], Mode::Backward)
-            .unwrap()
-            .is_compatible()
+        !check_history(
+            &[v1.clone(), v2.clone(), v3.clone()],
+            Mode::Backward,
+            Profile::Strict
+        )
+        .unwrap()
+        .is_compatible()
     );
     let v3b = v2.clone();
     assert!(
-        check_history(&[v1, v2, v3b], Mode::BackwardTransitive)
+        check_history(&[v1, v2, v3b], Mode::BackwardTransitive, Profile::Strict)
             .unwrap()
             .is_compatible()
     );

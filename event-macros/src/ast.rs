@@ -12,7 +12,17 @@ use crate::ctxt::Ctxt;
 use crate::template::{self, Segment};
 
 const ATTR: &str = "domain_event";
-const CONTAINER_KEYS: &str = "`event_type`, `version`, `aggregate`, `event_no`, `crate`";
+const CONTAINER_KEYS: &str =
+    "`event_type`, `version`, `aggregate`, `event_no`, `compatibility`, `crate`";
+const MODES: &[&str] = &[
+    "NONE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+];
 
 /// What the derive generates an impl from.
 pub(crate) struct Event<'a> {
@@ -22,6 +32,7 @@ pub(crate) struct Event<'a> {
     pub(crate) aggregate: Option<String>,
     pub(crate) event_no: Option<Vec<Segment>>,
     pub(crate) krate: syn::Path,
+    pub(crate) compatibility: String,
     pub(crate) fields: Vec<EventField<'a>>,
     pub(crate) aggregate_id: Option<usize>,
 }
@@ -42,6 +53,7 @@ struct ContainerAttrs {
     event_no: Option<(Vec<Segment>, LitStr)>,
     event_no_seen: bool,
     krate: Option<syn::Path>,
+    compatibility: Option<String>,
 }
 
 impl<'a> Event<'a> {
@@ -159,6 +171,9 @@ impl<'a> Event<'a> {
             krate: attrs
                 .krate
                 .unwrap_or_else(|| syn::parse_quote!(::event_core)),
+            compatibility: attrs
+                .compatibility
+                .unwrap_or_else(|| "BACKWARD_TRANSITIVE".to_owned()),
             fields: event_fields,
             aggregate_id,
         }
@@ -242,11 +257,25 @@ fn read_container_attrs(attrs: &[Attribute], cx: &mut Ctxt) -> ContainerAttrs {
                         }
                     }
                 }
+                "compatibility" => {
+                    let duplicate = out.compatibility.is_some();
+                    if let Some(lit) = string_value(&meta, "compatibility", "\"BACKWARD_TRANSITIVE\"", cx)? {
+                        if duplicate {
+                            return duplicate_key(&meta, cx);
+                        }
+                        let mode = lit.value().to_ascii_uppercase().replace('-', "_");
+                        if MODES.contains(&mode.as_str()) {
+                            out.compatibility = Some(mode);
+                        } else {
+                            cx.error_spanned_by(&lit, format!("unknown compatibility mode `{}`; the modes are {}", lit.value(), MODES.join(", ")));
+                        }
+                    }
+                }
                 "aggregate_id" => {
                     cx.error_spanned_by(&meta.path, "`aggregate_id` belongs on a field, not on the struct: put #[domain_event(aggregate_id)] on the field that holds the aggregate's id");
                 }
                 _ => {
-                    let suggestion = closest(&key, &["event_type", "version", "aggregate", "event_no", "crate"])
+                    let suggestion = closest(&key, &["event_type", "version", "aggregate", "event_no", "compatibility", "crate"])
                         .map(|known| format!("did you mean `{known}`? "))
                         .unwrap_or_default();
                     cx.error_spanned_by(&meta.path, format!("unknown domain_event key `{key}`; {suggestion}the keys are {CONTAINER_KEYS}"));

@@ -76,6 +76,7 @@ fn impl_domain_event(event: &Event<'_>) -> TokenStream {
         None => quote!(#private::Option::None),
     };
 
+    let compatibility = &event.compatibility;
     quote! {
         #[automatically_derived]
         impl #krate::DomainEvent for #ident {
@@ -89,6 +90,17 @@ fn impl_domain_event(event: &Event<'_>) -> TokenStream {
 
             fn event_no(&self) -> #private::Option<#krate::EventNo> {
                 #event_no
+            }
+        }
+
+        // Every derived event is registered, so that the snapshot check cannot miss one.
+        #private::inventory::submit! {
+            #private::EventRegistration {
+                event_type: <#ident as #krate::DomainEvent>::EVENT_TYPE,
+                version: <#ident as #krate::DomainEvent>::EVENT_VERSION,
+                rust_type: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
+                compatibility: #compatibility,
+                schema: #private::event_schema_value::<#ident>,
             }
         }
     }

@@ -87,16 +87,19 @@ pub(crate) struct Comparer<'g> {
     new: &'g Graph,
     /// Inside an odd number of `not`s the two graphs are swapped; pairs are keyed with it.
     swapped: bool,
+    /// Serde's writers emit only the fields they declare: the old (writing) side is closed.
+    writers_closed: bool,
     memo: HashMap<(bool, NodeId, NodeId), Vec<Change>>,
     in_progress: HashSet<(bool, NodeId, NodeId)>,
 }
 
 impl<'g> Comparer<'g> {
-    pub(crate) fn new(old: &'g Graph, new: &'g Graph) -> Comparer<'g> {
+    pub(crate) fn new(old: &'g Graph, new: &'g Graph, profile: super::Profile) -> Comparer<'g> {
         Comparer {
             old,
             new,
             swapped: false,
+            writers_closed: profile == super::Profile::Serde,
             memo: HashMap::new(),
             in_progress: HashSet::new(),
         }
@@ -362,7 +365,7 @@ impl<'g> Comparer<'g> {
                     }
                 }
                 (None, Some(new)) => {
-                    if object_is_open(self.old, a) {
+                    if !self.writers_closed && object_is_open(self.old, a) {
                         if matches!(self.new.nodes[new].kind, Kind::Empty) {
                             ctx.add(Rule::PropertyWithEmptySchemaAddedToOpenContentModel);
                         } else {

@@ -73,6 +73,33 @@ impl Mode {
     }
 }
 
+/// The rule set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Confluent Schema Registry's strict JSON-schema rules: a schema without
+    /// `additionalProperties: false` may carry any other property, so adding one is a break.
+    /// The default for raw schema files.
+    #[default]
+    Strict,
+    /// What serde does: a writer emits only the fields its struct declares, a reader ignores
+    /// unknown fields unless `additionalProperties: false` (`deny_unknown_fields`), and integer
+    /// formats are the ranges of their Rust types (`u32` -> `u64` widens). The default for the
+    /// snapshots of derived events.
+    Serde,
+}
+
+impl Profile {
+    /// Parses `strict` or `serde`.
+    pub fn parse(text: &str) -> Option<Profile> {
+        match text.to_ascii_lowercase().as_str() {
+            "strict" => Some(Profile::Strict),
+            "serde" => Some(Profile::Serde),
+            _ => None,
+        }
+    }
+}
+
 /// Which readers a change breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -171,25 +198,35 @@ const ACTION: &str = "bump the event version and register an upcaster from the p
 /// The raw changes from `old` to `new` as Confluent's diff computes them: the rule, and whether a
 /// reader on `new` still reads data written with `old`.
 pub fn changes(old: &Value, new: &Value) -> Result<Vec<(Rule, String)>, SchemaError> {
-    let old = Graph::load(old)?;
-    let new = Graph::load(new)?;
-    Ok(Comparer::new(&old, &new)
+    let old = Graph::load(old, Profile::Strict)?;
+    let new = Graph::load(new, Profile::Strict)?;
+    Ok(Comparer::new(&old, &new, Profile::Strict)
         .changes()
         .into_iter()
         .map(|c| (c.rule, c.path))
         .collect())
 }
 
-/// Checks `new` against `old` in `mode` (a transitive mode checks this one pair; use
-/// [`check_history`] for a version history).
+/// Checks `new` against `old` in `mode` under the strict profile (a transitive mode checks this
+/// one pair; use [`check_history`] for a version history).
 pub fn check(old: &Value, new: &Value, mode: Mode) -> Result<Report, SchemaError> {
-    let old_graph = Graph::load(old)?;
-    let new_graph = Graph::load(new)?;
+    check_with(old, new, mode, Profile::Strict)
+}
+
+/// Checks `new` against `old` in `mode` under `profile`.
+pub fn check_with(
+    old: &Value,
+    new: &Value,
+    mode: Mode,
+    profile: Profile,
+) -> Result<Report, SchemaError> {
+    let old_graph = Graph::load(old, profile)?;
+    let new_graph = Graph::load(new, profile)?;
     let mut findings = Vec::new();
     for &direction in mode.directions() {
         let found = match direction {
-            Direction::Backward => Comparer::new(&old_graph, &new_graph).changes(),
-            Direction::Forward => Comparer::new(&new_graph, &old_graph).changes(),
+            Direction::Backward => Comparer::new(&old_graph, &new_graph, profile).changes(),
+            Direction::Forward => Comparer::new(&new_graph, &old_graph, profile).changes(),
         };
         for change in found {
             let (before, after) = match direction {
@@ -218,7 +255,11 @@ pub fn check(old: &Value, new: &Value, mode: Mode) -> Result<Report, SchemaError
 
 /// Checks the newest of `history` (oldest first) against the versions `mode` names: the one
 /// before it, or every earlier one for the transitive modes.
-pub fn check_history(history: &[Value], mode: Mode) -> Result<Report, SchemaError> {
+pub fn check_history(
+    history: &[Value],
+    mode: Mode,
+    profile: Profile,
+) -> Result<Report, SchemaError> {
     let Some((newest, earlier)) = history.split_last() else {
         return Ok(Report {
             mode,
@@ -233,7 +274,7 @@ pub fn check_history(history: &[Value], mode: Mode) -> Result<Report, SchemaErro
     };
     let mut findings = Vec::new();
     for old in against {
-        findings.extend(check(old, newest, mode)?.findings);
+        findings.extend(check_with(old, newest, mode, profile)?.findings);
     }
     Ok(Report { mode, findings })
 }

@@ -142,6 +142,7 @@ pub(crate) struct Graph {
 struct Loader<'a> {
     document: &'a Value,
     modern: bool,
+    serde: bool,
     nodes: Vec<Node>,
     by_pointer: HashMap<String, NodeId>,
     /// Nodes whose schema is still being read: a `$ref` to one of them is a cycle.
@@ -185,7 +186,7 @@ const STRING_KEYWORDS: &[&str] = &["minLength", "maxLength", "pattern"];
 impl Graph {
     /// Reads `document`. Draft-04 to draft-07 and 2019-09 / 2020-12 are understood; `$ref` must
     /// be a JSON pointer into the same document (`#/definitions/..`, `#/$defs/..`, `#`).
-    pub(crate) fn load(document: &Value) -> Result<Graph, SchemaError> {
+    pub(crate) fn load(document: &Value, profile: super::Profile) -> Result<Graph, SchemaError> {
         let modern = document
             .get("$schema")
             .and_then(Value::as_str)
@@ -193,6 +194,7 @@ impl Graph {
         let mut loader = Loader {
             document,
             modern,
+            serde: profile == super::Profile::Serde,
             nodes: Vec::new(),
             by_pointer: HashMap::new(),
             building: Vec::new(),
@@ -453,15 +455,26 @@ impl Loader<'_> {
                     .and_then(Value::as_str)
                     .map(str::to_owned),
             }),
-            "integer" | "number" => Kind::Number(NumberNode {
-                integer: name == "integer",
-                minimum: num("minimum"),
-                maximum: num("maximum"),
-                // Draft-04's boolean form only marks minimum/maximum exclusive.
-                exclusive_minimum: num("exclusiveMinimum"),
-                exclusive_maximum: num("exclusiveMaximum"),
-                multiple_of: num("multipleOf"),
-            }),
+            "integer" | "number" => {
+                // Under the serde profile an integer format is the range of its Rust type.
+                let (low, high) = match map.get("format").and_then(Value::as_str) {
+                    Some(format) if self.serde && name == "integer" => format_range(format),
+                    _ => (None, None),
+                };
+                let tighter = |a: Option<f64>, b: Option<f64>, max: bool| match (a, b) {
+                    (Some(a), Some(b)) => Some(if max { a.min(b) } else { a.max(b) }),
+                    (a, b) => a.or(b),
+                };
+                Kind::Number(NumberNode {
+                    integer: name == "integer",
+                    minimum: tighter(num("minimum"), low, false),
+                    maximum: tighter(num("maximum"), high, true),
+                    // Draft-04's boolean form only marks minimum/maximum exclusive.
+                    exclusive_minimum: num("exclusiveMinimum"),
+                    exclusive_maximum: num("exclusiveMaximum"),
+                    multiple_of: num("multipleOf"),
+                })
+            }
             "object" => Kind::Object(Box::new(self.object(map, pointer, depth)?)),
             "array" => Kind::Array(Box::new(self.array(map, pointer, depth)?)),
             other => {
@@ -659,5 +672,23 @@ fn kind_of(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+/// The range of the integer formats schemars writes for Rust's integer types.
+fn format_range(format: &str) -> (Option<f64>, Option<f64>) {
+    let bits = |b: i32| 2f64.powi(b);
+    match format {
+        "int8" => (Some(-bits(7)), Some(bits(7) - 1.0)),
+        "int16" => (Some(-bits(15)), Some(bits(15) - 1.0)),
+        "int32" => (Some(-bits(31)), Some(bits(31) - 1.0)),
+        "int64" | "int" => (Some(-bits(63)), Some(bits(63) - 1.0)),
+        "int128" => (Some(-bits(127)), Some(bits(127) - 1.0)),
+        "uint8" => (Some(0.0), Some(bits(8) - 1.0)),
+        "uint16" => (Some(0.0), Some(bits(16) - 1.0)),
+        "uint32" => (Some(0.0), Some(bits(32) - 1.0)),
+        "uint64" | "uint" => (Some(0.0), Some(bits(64) - 1.0)),
+        "uint128" => (Some(0.0), Some(bits(128) - 1.0)),
+        _ => (None, None),
     }
 }
