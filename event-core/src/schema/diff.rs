@@ -447,20 +447,26 @@ impl<'g> Comparer<'g> {
         }
         ctx.leave();
 
-        // additionalProperties
+        // additionalProperties. A serde struct never emits undeclared properties: whatever its
+        // schema says, it wrote none. (A map's value schema is data, and stays.)
+        let (a_permits, a_additional) = if self.writers_closed && a.additional.is_none() {
+            (false, None)
+        } else {
+            (a.permits_additional, a.additional)
+        };
         ctx.enter("additionalProperties");
-        if a.permits_additional != b.permits_additional {
+        if a_permits != b.permits_additional {
             ctx.add(if b.permits_additional {
                 Rule::AdditionalPropertiesAdded
             } else {
                 Rule::AdditionalPropertiesRemoved
             });
-        } else if a.additional.is_none() && b.additional.is_some() {
+        } else if a_additional.is_none() && b.additional.is_some() {
             ctx.add(Rule::AdditionalPropertiesNarrowed);
-        } else if a.additional.is_some() && b.additional.is_none() {
+        } else if a_additional.is_some() && b.additional.is_none() {
             ctx.add(Rule::AdditionalPropertiesExtended);
         } else {
-            self.compare(ctx, a.additional, b.additional);
+            self.compare(ctx, a_additional, b.additional);
         }
         ctx.leave();
 

@@ -18,12 +18,14 @@
 mod diff;
 mod model;
 mod rule;
+pub mod snapshot;
 
 use serde::Serialize;
 use serde_json::Value;
 
 pub use model::MAX_DEPTH;
 pub use rule::Rule;
+pub use snapshot::{SnapshotReport, assert_snapshots, check_snapshots};
 
 use diff::Comparer;
 use model::Graph;
