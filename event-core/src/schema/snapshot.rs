@@ -248,14 +248,14 @@ pub fn check_registered(
     let mut by_type: BTreeMap<&str, BTreeMap<u32, &Registered>> = BTreeMap::new();
     for event in events {
         let versions = by_type.entry(event.event_type.as_str()).or_default();
-        if let Some(other) = versions.insert(event.version, event) {
-            if other.rust_type != event.rust_type {
-                report.problems.push(Problem::Duplicate {
-                    event_type: event.event_type.clone(),
-                    version: event.version,
-                    types: (other.rust_type.clone(), event.rust_type.clone()),
-                });
-            }
+        if let Some(other) = versions.insert(event.version, event)
+            && other.rust_type != event.rust_type
+        {
+            report.problems.push(Problem::Duplicate {
+                event_type: event.event_type.clone(),
+                version: event.version,
+                types: (other.rust_type.clone(), event.rust_type.clone()),
+            });
         }
     }
     for (event_type, versions) in by_type {
