@@ -2,6 +2,9 @@
 //! adversarial input, and clear errors for bad input. (Agreement with Confluent's own examples is
 //! checked by `.ci/run` with `shared/conformance`.)
 
+// A panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use event_core::schema::{Mode, Profile, SchemaError, changes, check, check_history};
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -2,6 +2,9 @@
 //! makes, and the verdict serde would give when a new reader meets old data (BACKWARD) or an old
 //! reader meets new data (FORWARD).
 
+// A panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 
 use event_core::DomainEvent;

@@ -1,5 +1,8 @@
 //! Snapshots: recorded on request only, never in CI, and the check of the code against them.
 
+// A panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use event_core::schema::Mode;
 use event_core::schema::snapshot::{
     Problem, Record, Registered, check_registered, read_snapshot, snapshot_path,
