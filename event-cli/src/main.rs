@@ -52,6 +52,9 @@ pub(crate) struct DbArgs {
 enum SchemaCommand {
     /// Compare two schema files: exit 0 compatible, 1 incompatible, 2 bad input.
     Diff(schema::DiffArgs),
+    /// Check a snapshot directory: each event's newest version against its history, and
+    /// (with --against) snapshots removed or edited since a git revision.
+    Check(schema::CheckArgs),
     /// Print the JSON schema of the event envelope, the shape every transport and table carries.
     Envelope {
         /// Write it to this file instead of standard output.
@@ -95,6 +98,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay(args) => ops::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
         Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
+        Command::Schema(SchemaCommand::Check(args)) => schema::check(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {
             let schema = event_core::EventEnvelope::json_schema();
             let text = serde_json::to_string_pretty(&schema)? + "\n";

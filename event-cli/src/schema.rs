@@ -55,6 +55,97 @@ fn read_schema(path: &Path) -> anyhow::Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
+/// `eventctl schema check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The snapshot directory: <dir>/<EVENT_TYPE>/v<N>.json.
+    #[arg(long, default_value = "schemas")]
+    dir: PathBuf,
+    /// Also fail when a snapshot that existed at this git revision was removed or edited in a
+    /// breaking way.
+    #[arg(long, value_name = "GIT_REV")]
+    against: Option<String>,
+}
+
+/// Exit 0 when every snapshot holds, 1 when one does not; errors (exit 2) are returned.
+pub(crate) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    use event_core::schema::snapshot;
+    if !args.dir.is_dir() {
+        anyhow::bail!(
+            "{} is not a directory of snapshots (<dir>/<EVENT_TYPE>/v<N>.json)",
+            args.dir.display()
+        );
+    }
+    let mut report = snapshot::check_dir(&args.dir);
+    if let Some(rev) = &args.against {
+        for (path, before) in snapshots_at(&args.dir, rev)? {
+            report.checked += 1;
+            report
+                .problems
+                .extend(snapshot::check_unchanged(&path, &before));
+        }
+    }
+    print!("{report}");
+    Ok(if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The snapshot files under `dir` at git revision `rev`, with their content then.
+fn snapshots_at(dir: &Path, rev: &str) -> anyhow::Result<Vec<(PathBuf, Value)>> {
+    let git = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .context("cannot run git")?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    git(&[
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        &format!("{rev}^{{commit}}"),
+    ])
+    .map_err(|_| anyhow::anyhow!("`{rev}` is not a git revision here"))?;
+    let root = PathBuf::from(git(&["rev-parse", "--show-toplevel"])?.trim());
+    let mut out = Vec::new();
+    for file in git(&["ls-tree", "-r", "--name-only", "--full-tree", rev])?.lines() {
+        let path = root.join(file);
+        let inside = path
+            .strip_prefix(&root)
+            .ok()
+            .zip(
+                std::fs::canonicalize(dir)
+                    .ok()
+                    .and_then(|d| d.strip_prefix(&root).ok().map(Path::to_path_buf)),
+            )
+            .is_some_and(|(file, dir)| file.starts_with(&dir));
+        let is_snapshot = path.extension().is_some_and(|e| e == "json")
+            && path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('v'));
+        if inside && is_snapshot {
+            let text = git(&["show", &format!("{rev}:{file}")])?;
+            let before = serde_json::from_str(&text)
+                .with_context(|| format!("{file} at {rev} is not JSON"))?;
+            out.push((path, before));
+        }
+    }
+    Ok(out)
+}
+
 /// Exit 0 compatible, 1 incompatible; errors (exit 2) are returned.
 pub(crate) fn diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let old = read_schema(&args.old)?;

@@ -63,6 +63,18 @@ pub enum Problem {
         /// The two types.
         types: (String, String),
     },
+    /// A snapshot that existed at the base revision is gone.
+    Removed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A snapshot was edited since the base revision in a way its readers notice.
+    EditedInPlace {
+        /// The file.
+        path: PathBuf,
+        /// The breaking findings.
+        findings: Vec<Finding>,
+    },
     /// A snapshot file cannot be read.
     Unreadable {
         /// The file.
@@ -124,6 +136,19 @@ impl fmt::Display for Problem {
                 "{event_type} v{version} is derived by both {} and {}: give one of them another version or event type",
                 types.0, types.1
             ),
+            Problem::Removed { path } => writeln!(
+                f,
+                "{} was removed: a released version stays readable forever; restore it",
+                path.display()
+            ),
+            Problem::EditedInPlace { path, findings } => {
+                writeln!(
+                    f,
+                    "{} was edited in place in a way readers of that version notice; restore it and release the change as a new version:",
+                    path.display()
+                )?;
+                list(f, findings)
+            }
             Problem::Unreadable { path, reason } => writeln!(f, "{}: {reason}", path.display()),
         }
     }
@@ -424,4 +449,104 @@ fn write_snapshot(
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
     }
     std::fs::write(path, text).map_err(|e| e.to_string())
+}
+
+/// Checks a snapshot directory from the files alone: for each event type, its newest version
+/// against the earlier ones its recorded compatibility mode names, skipping versions that
+/// recorded upcasters cover.
+pub fn check_dir(dir: &Path) -> SnapshotReport {
+    let mut report = SnapshotReport::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            report.problems.push(Problem::Unreadable {
+                path: dir.to_path_buf(),
+                reason: e.to_string(),
+            });
+            return report;
+        }
+    };
+    let mut types: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    types.sort();
+    for type_dir in types {
+        let event_type = type_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let history = match read_type_dir(&type_dir) {
+            Ok(history) => history,
+            Err(problem) => {
+                report.problems.push(problem);
+                continue;
+            }
+        };
+        report.checked += history.len();
+        let Some((&newest, schema)) = history.iter().next_back() else {
+            continue;
+        };
+        let header = |v: u32, key: &str| {
+            history
+                .get(&v)
+                .and_then(|s| s.get(HEADER))
+                .and_then(|h| h.get(key))
+                .cloned()
+        };
+        let mode = header(newest, "compatibility")
+            .and_then(|m| m.as_str().and_then(Mode::parse))
+            .unwrap_or(Mode::BackwardTransitive);
+        let covered = |from: u32| {
+            (from + 1..=newest)
+                .all(|v| header(v, "upcasterFromPrevious") == Some(Value::Bool(true)))
+        };
+        let earlier: Vec<u32> = history.keys().copied().filter(|&v| v < newest).collect();
+        let against: Vec<u32> = match mode {
+            Mode::None => Vec::new(),
+            Mode::BackwardTransitive | Mode::ForwardTransitive | Mode::FullTransitive => earlier,
+            _ => earlier.last().copied().into_iter().collect(),
+        };
+        for old in against.into_iter().filter(|&v| !covered(v)) {
+            match check_with(&history[&old], schema, mode, Profile::Serde) {
+                Ok(found) if !found.is_compatible() => {
+                    report.problems.push(Problem::BreaksEarlierVersion {
+                        event_type: event_type.clone(),
+                        version: newest,
+                        earlier: old,
+                        mode,
+                        findings: found.findings,
+                    })
+                }
+                Ok(_) => {}
+                Err(e) => report
+                    .problems
+                    .push(unreadable(&snapshot_path(dir, &event_type, old), e)),
+            }
+        }
+    }
+    report
+}
+
+/// Compares a snapshot as it was (`before`, e.g. at a git revision) with the file now.
+pub fn check_unchanged(path: &Path, before: &Value) -> Option<Problem> {
+    if !path.exists() {
+        return Some(Problem::Removed {
+            path: path.to_path_buf(),
+        });
+    }
+    let now = match read_snapshot(path) {
+        Ok(now) => now,
+        Err(problem) => return Some(problem),
+    };
+    match check_with(before, &now, Mode::Full, Profile::Serde) {
+        Ok(found) if !found.is_compatible() => Some(Problem::EditedInPlace {
+            path: path.to_path_buf(),
+            findings: found.findings,
+        }),
+        Ok(_) => None,
+        Err(e) => Some(unreadable(path, e)),
+    }
 }

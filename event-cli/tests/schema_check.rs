@@ -1,0 +1,125 @@
+//! `eventctl schema check --dir schemas [--against GIT_REV]` on a scratch git repository.
+
+use std::path::Path;
+use std::process::Command;
+
+fn run(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_eventctl"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn snapshot(fields: &[&str], required: &[&str], upcaster: bool) -> String {
+    let properties: serde_json::Map<String, serde_json::Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), serde_json::json!({"type": "string"})))
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "x-event-snapshot": {"compatibility": "BACKWARD_TRANSITIVE", "upcasterFromPrevious": upcaster}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn snapshots_are_checked_against_history_and_a_git_base() {
+    let repo = std::env::temp_dir().join(format!("schema-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&repo);
+    let dir = repo.join("schemas/ORDER_PAID");
+    std::fs::create_dir_all(&dir).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(
+        dir.join("v1.json"),
+        snapshot(&["order_id"], &["order_id"], false),
+    )
+    .unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "v1"]);
+
+    let (code, out) = run(
+        &repo,
+        &["schema", "check", "--dir", "schemas", "--against", "HEAD"],
+    );
+    assert_eq!(code, 0, "{out}");
+
+    // v2 adds a required field: old data lacks it.
+    std::fs::write(
+        dir.join("v2.json"),
+        snapshot(&["order_id", "currency"], &["order_id", "currency"], false),
+    )
+    .unwrap();
+    let (code, out) = run(&repo, &["schema", "check", "--dir", "schemas"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("ORDER_PAID v2 breaks BackwardTransitive compatibility with v1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL"),
+        "{out}"
+    );
+
+    // Recorded with an upcaster from v1, it passes.
+    std::fs::write(
+        dir.join("v2.json"),
+        snapshot(&["order_id", "currency"], &["order_id", "currency"], true),
+    )
+    .unwrap();
+    let (code, out) = run(&repo, &["schema", "check", "--dir", "schemas"]);
+    assert_eq!(code, 0, "{out}");
+
+    // Editing the released v1 in place is caught against the base revision.
+    std::fs::write(
+        dir.join("v1.json"),
+        snapshot(&["order_id", "note"], &["order_id", "note"], false),
+    )
+    .unwrap();
+    let (code, out) = run(
+        &repo,
+        &["schema", "check", "--dir", "schemas", "--against", "HEAD"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("v1.json was edited in place"), "{out}");
+
+    // Removing it is caught too.
+    std::fs::remove_file(dir.join("v1.json")).unwrap();
+    let (code, out) = run(
+        &repo,
+        &["schema", "check", "--dir", "schemas", "--against", "HEAD"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("v1.json was removed"), "{out}");
+
+    let (code, out) = run(&repo, &["schema", "check", "--dir", "nowhere"]);
+    assert_eq!(code, 2, "{out}");
+    let _ = std::fs::remove_dir_all(&repo);
+}
