@@ -45,6 +45,9 @@ struct Args {
     /// Where to write the results.
     #[arg(long, default_value = "benches/results/outbox.json")]
     out: PathBuf,
+    /// Instead of the outbox: check this many event types with 3 versions each.
+    #[arg(long)]
+    schema_types: Option<usize>,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -90,6 +93,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(types) = args.schema_types {
+        return schema_bench(types);
+    }
     let mut results = Vec::new();
     let all = args.backend == "all";
     if all || args.backend == "sqlite" {
@@ -356,4 +362,83 @@ fn backlog(prefix: &str, count: usize, offset: usize) -> Vec<RawRow> {
 fn event_now() -> chrono::DateTime<Utc> {
     let now = Utc::now();
     chrono::DurationRound::duration_trunc(now, chrono::TimeDelta::microseconds(1)).unwrap_or(now)
+}
+
+/// Checks `types` event types with 3 versions each (BACKWARD_TRANSITIVE, serde profile), against
+/// the baseline of parsing the same schema texts, measured in the same run.
+fn schema_bench(types: usize) -> anyhow::Result<()> {
+    use event_core::schema::{Mode, Profile, check_history};
+    let version = |t: usize, v: usize| {
+        let mut properties = serde_json::Map::new();
+        for f in 0..(8 + v) {
+            properties.insert(
+                format!("field_{f}"),
+                serde_json::json!({"type": "string", "maxLength": 64}),
+            );
+        }
+        properties.insert(
+            "amount".into(),
+            serde_json::json!({"type": "integer", "format": if v < 2 { "int32" } else { "int64" }}),
+        );
+        properties.insert(
+            "address".into(),
+            serde_json::json!({"$ref": "#/$defs/Address"}),
+        );
+        serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": format!("Event{t}"),
+            "type": "object",
+            "properties": properties,
+            "required": ["field_0", "amount"],
+            "$defs": {"Address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": ["string", "null"]}}}}
+        })
+        .to_string()
+    };
+    let texts: Vec<Vec<String>> = (0..types)
+        .map(|t| (0..3).map(|v| version(t, v)).collect())
+        .collect();
+
+    let started = Instant::now();
+    let mut parsed = 0;
+    for history in &texts {
+        for text in history {
+            let value: serde_json::Value = serde_json::from_str(text)?;
+            parsed += usize::from(value.is_object());
+        }
+    }
+    let parse = started.elapsed();
+
+    let started = Instant::now();
+    let mut compatible = 0;
+    for history in &texts {
+        let values: Vec<serde_json::Value> = history
+            .iter()
+            .map(|t| serde_json::from_str(t))
+            .collect::<Result<_, _>>()?;
+        if check_history(&values, Mode::BackwardTransitive, Profile::Serde)?.is_compatible() {
+            compatible += 1;
+        }
+    }
+    let check = started.elapsed();
+    anyhow::ensure!(
+        parsed == types * 3 && compatible == types,
+        "{compatible} of {types} histories compatible"
+    );
+    let report = serde_json::json!({
+        "machine": machine(),
+        "measuredAt": Utc::now(),
+        "eventTypes": types,
+        "versionsEach": 3,
+        "checkSeconds": check.as_secs_f64(),
+        "parseOnlySeconds": parse.as_secs_f64(),
+        "checkVsParse": check.as_secs_f64() / parse.as_secs_f64(),
+        "perEventTypeMicros": check.as_secs_f64() * 1e6 / types as f64,
+    });
+    std::fs::create_dir_all("benches/results")?;
+    std::fs::write(
+        "benches/results/schema.json",
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }
