@@ -68,8 +68,19 @@ pub trait DomainEvent: Serialize + DeserializeOwned + JsonSchema {
     /// unit of work assigns the default (see [`EventNo`]).
     fn event_no(&self) -> Option<EventNo>;
 
-    /// The payload's JSON schema (draft 2020-12), carrying `x-event-type`, `x-event-version` and,
-    /// when declared, `x-aggregate-type`.
+    /// The fields that accept other names (`#[serde(alias = "..")]`): (name, aliases). Written by
+    /// the derive; the schema carries them as `x-aliases`, so that a rename with an alias is seen
+    /// as compatible.
+    #[doc(hidden)]
+    fn serde_aliases() -> &'static [(&'static str, &'static [&'static str])]
+    where
+        Self: Sized,
+    {
+        &[]
+    }
+
+    /// The payload's JSON schema (draft 2020-12), carrying `x-event-type`, `x-event-version`,
+    /// when declared `x-aggregate-type`, and `x-aliases` on fields that accept old names.
     fn event_schema() -> Schema
     where
         Self: Sized,
@@ -90,6 +101,15 @@ fn event_schema_for<E: DomainEvent>() -> Schema {
     schema.insert("x-event-version".to_owned(), E::EVENT_VERSION.into());
     if let Some(aggregate) = E::AGGREGATE_TYPE {
         schema.insert("x-aggregate-type".to_owned(), aggregate.into());
+    }
+    for (field, aliases) in E::serde_aliases() {
+        if let Some(property) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(*field))
+            .and_then(|p| p.as_object_mut())
+        {
+            property.insert("x-aliases".to_owned(), serde_json::json!(aliases));
+        }
     }
     schema
 }

@@ -72,6 +72,24 @@ event!(Renamed {
     id: String,
     total: i32
 });
+event!(RenamedWithAlias {
+    id: String,
+    #[serde(alias = "amount")]
+    total: i32
+});
+event!(
+    #[serde(rename_all = "camelCase")]
+    RenamedCamel {
+        id: String,
+        #[serde(alias = "amount")]
+        amount_total: i32
+    }
+);
+event!(RenamedNarrowed {
+    id: String,
+    #[serde(alias = "amount")]
+    total: i16
+});
 event!(
     #[serde(deny_unknown_fields)]
     Strict {
@@ -256,8 +274,32 @@ fn enum_variants() {
 }
 
 #[test]
-fn renaming_a_field_without_an_alias_breaks() {
-    assert!(!compatible::<Base, Renamed>(Backward));
+fn renaming_a_field_breaks_unless_the_new_name_accepts_the_old() {
+    assert!(
+        !compatible::<Base, Renamed>(Backward),
+        "old data has `amount`, the reader requires `total`"
+    );
+    assert!(
+        compatible::<Base, RenamedWithAlias>(Backward),
+        "#[serde(alias = \"amount\")] reads old data"
+    );
+    assert!(
+        compatible::<Base, RenamedCamel>(Backward),
+        "the alias holds under rename_all too"
+    );
+    assert!(
+        !compatible::<Base, RenamedNarrowed>(Backward),
+        "the renamed field is still compared: i32 -> i16 narrows"
+    );
+    assert!(
+        !compatible::<Base, RenamedWithAlias>(Forward),
+        "old readers still require `amount`"
+    );
+    let schema = schema::<RenamedCamel>();
+    assert_eq!(
+        schema["properties"]["amountTotal"]["x-aliases"],
+        serde_json::json!(["amount"])
+    );
 }
 
 #[test]

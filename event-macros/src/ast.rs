@@ -41,6 +41,9 @@ pub(crate) struct Event<'a> {
 pub(crate) struct EventField<'a> {
     pub(crate) ident: &'a Ident,
     pub(crate) ty: &'a Type,
+    /// serde's name for it, and the other names it accepts.
+    pub(crate) serde_name: String,
+    pub(crate) aliases: Vec<String>,
 }
 
 /// The container attribute's keys as written, before defaults.
@@ -103,6 +106,7 @@ impl<'a> Event<'a> {
             }
         };
 
+        let rename_all = crate::serde_names::rename_all(&input.attrs);
         let mut event_fields = Vec::with_capacity(fields.len());
         let mut aggregate_id: Option<usize> = None;
         for field in fields {
@@ -119,9 +123,13 @@ impl<'a> Event<'a> {
                     aggregate_id = Some(event_fields.len());
                 }
             }
+            let (serde_name, aliases) =
+                crate::serde_names::field(&field.attrs, &unraw(ident), rename_all.as_deref());
             event_fields.push(EventField {
                 ident,
                 ty: &field.ty,
+                serde_name,
+                aliases,
             });
         }
 

@@ -77,6 +77,25 @@ fn impl_domain_event(event: &Event<'_>) -> TokenStream {
     };
 
     let compatibility = &event.compatibility;
+    let aliased: Vec<TokenStream> = event
+        .fields
+        .iter()
+        .filter(|f| !f.aliases.is_empty())
+        .map(|f| {
+            let name = &f.serde_name;
+            let aliases = &f.aliases;
+            quote!((#name, &[#(#aliases),*]))
+        })
+        .collect();
+    let aliases = if aliased.is_empty() {
+        quote!()
+    } else {
+        quote! {
+            fn serde_aliases() -> &'static [(&'static str, &'static [&'static str])] {
+                &[#(#aliased),*]
+            }
+        }
+    };
     quote! {
         #[automatically_derived]
         impl #krate::DomainEvent for #ident {
@@ -91,6 +110,8 @@ fn impl_domain_event(event: &Event<'_>) -> TokenStream {
             fn event_no(&self) -> #private::Option<#krate::EventNo> {
                 #event_no
             }
+
+            #aliases
         }
 
         // Every derived event is registered, so that the snapshot check cannot miss one.

@@ -9,6 +9,7 @@ mod ast;
 mod case;
 mod ctxt;
 mod expand;
+mod serde_names;
 mod template;
 
 use proc_macro::TokenStream;

@@ -179,7 +179,7 @@ impl<'g> Comparer<'g> {
             }
             _ => {}
         }
-        let (o, n) = (&self.old.nodes[old], &self.new.nodes[new]);
+        let (o, n) = (&self.old.nodes[old], &self.new.nodes[new].clone());
         if o.kind.class() != n.kind.class() {
             if !(matches!(o.kind, Kind::False) || matches!(n.kind, Kind::Empty)) {
                 ctx.add(Rule::TypeChanged);
@@ -235,7 +235,14 @@ impl<'g> Comparer<'g> {
             (Kind::Combined(ca, sa), Kind::Combined(cb, sb)) => {
                 self.combined(ctx, ca, &sa, cb, &sb)
             }
-            (Kind::Object(a), Kind::Object(b)) => self.objects(ctx, &a, &b),
+            (Kind::Object(a), Kind::Object(b)) => {
+                let renames = if self.writers_closed {
+                    renames(&a, &b, &n.raw)
+                } else {
+                    Vec::new()
+                };
+                self.objects(ctx, &a, &b, &renames)
+            }
             (Kind::Array(a), Kind::Array(b)) => self.arrays(ctx, &a, &b),
             _ => {}
         }
@@ -315,7 +322,14 @@ impl<'g> Comparer<'g> {
         }
     }
 
-    fn objects(&mut self, ctx: &mut Ctx, a: &ObjectNode, b: &ObjectNode) {
+    /// `renames` are (old name, new name) pairs: a field renamed with `#[serde(alias = "old")]`.
+    fn objects(
+        &mut self,
+        ctx: &mut Ctx,
+        a: &ObjectNode,
+        b: &ObjectNode,
+        renames: &[(String, String)],
+    ) {
         // required
         ctx.enter("required");
         for key in a.properties.keys() {
@@ -341,6 +355,20 @@ impl<'g> Comparer<'g> {
             a.properties.keys().chain(b.properties.keys()).collect();
         for key in keys {
             ctx.enter(key.clone());
+            if let Some((_, renamed)) = renames.iter().find(|(old, _)| old == key) {
+                // Renamed, and the new name still accepts the old one: compare the two.
+                self.compare(
+                    ctx,
+                    a.properties.get(key).copied(),
+                    b.properties.get(renamed).copied(),
+                );
+                ctx.leave();
+                continue;
+            }
+            if renames.iter().any(|(_, new)| new == key) {
+                ctx.leave();
+                continue;
+            }
             match (
                 a.properties.get(key).copied(),
                 b.properties.get(key).copied(),
@@ -702,6 +730,34 @@ impl<'g> Comparer<'g> {
             ],
         );
     }
+}
+
+/// Properties of `b` whose `x-aliases` name a property of `a` that `b` no longer has:
+/// (old name, new name).
+fn renames(a: &ObjectNode, b: &ObjectNode, b_raw: &serde_json::Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for new_name in b
+        .properties
+        .keys()
+        .filter(|k| !a.properties.contains_key(*k))
+    {
+        let aliases = b_raw
+            .get("properties")
+            .and_then(|p| p.get(new_name))
+            .and_then(|p| p.get("x-aliases"))
+            .and_then(serde_json::Value::as_array);
+        for alias in aliases
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+        {
+            if a.properties.contains_key(alias) && !b.properties.contains_key(alias) {
+                out.push((alias.to_owned(), new_name.clone()));
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// Subschemas without duplicates (by their JSON), in order.
