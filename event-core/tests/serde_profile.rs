@@ -362,3 +362,58 @@ fn the_strict_profile_is_stricter_about_open_content() {
     .unwrap();
     assert!(!strict.is_compatible());
 }
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
+enum Status {
+    /// Waiting for payment.
+    Open,
+    /// Paid.
+    Paid,
+}
+event!(WithStatusPlain { status: Colour });
+event!(WithStatusDocumented { status: Status });
+
+#[test]
+fn documenting_enum_variants_is_not_a_type_change() {
+    // schemars writes `enum: [..]` for plain variants and `oneOf: [{const}, ..]` once they have doc
+    // comments; both are the same set of values.
+    let plain = serde_json::json!({"type": "object", "properties": {"s": {"type": "string", "enum": ["Open", "Paid"]}}});
+    let documented = schema::<WithStatusDocumented>();
+    let documented_status = documented["properties"]["status"].clone();
+    let resolved = if let Some(r) = documented_status.get("$ref").and_then(|r| r.as_str()) {
+        let name = r.rsplit('/').next().unwrap();
+        documented["$defs"][name].clone()
+    } else {
+        documented_status
+    };
+    assert!(
+        resolved.get("oneOf").is_some(),
+        "schemars writes oneOf of const here: {resolved}"
+    );
+    let documented = serde_json::json!({"type": "object", "properties": {"s": resolved}});
+    let serde = check_with(&plain, &documented, Full, Profile::Serde).unwrap();
+    assert!(serde.is_compatible(), "{:?}", serde.findings);
+    let one_more = serde_json::json!({"type": "object", "properties": {"s": {"oneOf": [{"const": "Open"}, {"const": "Paid"}, {"const": "Void"}]}}});
+    assert!(
+        check_with(&plain, &one_more, Backward, Profile::Serde)
+            .unwrap()
+            .is_compatible()
+    );
+    assert!(
+        !check_with(&one_more, &plain, Backward, Profile::Serde)
+            .unwrap()
+            .is_compatible()
+    );
+    let numbers = |v: serde_json::Value| serde_json::json!({"enum": v});
+    assert!(
+        check_with(
+            &numbers(serde_json::json!([1, 2])),
+            &numbers(serde_json::json!([1.0, 2.0])),
+            Full,
+            Profile::Serde
+        )
+        .unwrap()
+        .is_compatible()
+    );
+    let _ = schema::<WithStatusPlain>();
+}

@@ -202,13 +202,18 @@ impl<'g> Comparer<'g> {
             (Kind::String(a), Kind::String(b)) => strings(ctx, &a, &b),
             (Kind::Number(a), Kind::Number(b)) => numbers(ctx, &a, &b),
             (Kind::Enum(a), Kind::Enum(b)) => {
-                let same = a.len() == b.len()
-                    && a.iter().all(|v| b.contains(v))
-                    && b.iter().all(|v| a.contains(v));
-                if !same {
-                    if a.iter().all(|v| b.contains(v)) {
+                // Numbers by value: 1 and 1.0 are one value.
+                let has = |set: &[serde_json::Value], v: &serde_json::Value| {
+                    set.iter().any(|x| {
+                        x == v || (x.is_number() && v.is_number() && x.as_f64() == v.as_f64())
+                    })
+                };
+                let a_in_b = a.iter().all(|v| has(&b, v));
+                let b_in_a = b.iter().all(|v| has(&a, v));
+                if !(a_in_b && b_in_a) {
+                    if a_in_b {
                         ctx.add_at("enum", Rule::EnumArrayExtended);
-                    } else if b.iter().all(|v| a.contains(v)) {
+                    } else if b_in_a {
                         ctx.add_at("enum", Rule::EnumArrayNarrowed);
                     } else {
                         ctx.add_at("enum", Rule::EnumArrayChanged);

@@ -191,10 +191,13 @@ impl Graph {
             .get("$schema")
             .and_then(Value::as_str)
             .is_some_and(|s| s.contains("2020-12") || s.contains("2019-09"));
+        let serde = profile == super::Profile::Serde;
+        let canonical = serde.then(|| canonical_value_sets(document));
+        let document = canonical.as_ref().unwrap_or(document);
         let mut loader = Loader {
             document,
             modern,
-            serde: profile == super::Profile::Serde,
+            serde,
             nodes: Vec::new(),
             by_pointer: HashMap::new(),
             building: Vec::new(),
@@ -690,5 +693,68 @@ fn format_range(format: &str) -> (Option<f64>, Option<f64>) {
         "uint64" | "uint" => (Some(0.0), Some(bits(64) - 1.0)),
         "uint128" => (Some(0.0), Some(bits(128) - 1.0)),
         _ => (None, None),
+    }
+}
+
+/// Value sets written three ways mean one thing: `const: v`, `enum: [..]`, and a `oneOf` /
+/// `anyOf` whose members are each a `const` or an `enum` (what schemars writes for an enum whose
+/// variants have doc comments). Each becomes an `enum`, keeping a common `type` and the
+/// annotations, so that documenting a variant is not a type change.
+fn canonical_value_sets(value: &Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(canonical_value_sets).collect()),
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> = map
+                .iter()
+                .map(|(k, v)| (k.clone(), canonical_value_sets(v)))
+                .collect();
+            if let Some(value) = out.remove("const") {
+                out.insert("enum".to_owned(), Value::Array(vec![value]));
+            }
+            for keyword in ["oneOf", "anyOf"] {
+                let Some(Value::Array(members)) = out.get(keyword) else {
+                    continue;
+                };
+                let mut values = Vec::new();
+                let mut types: Vec<Value> = Vec::new();
+                let all_value_sets = !members.is_empty()
+                    && members.iter().all(|m| {
+                        let Some(set) = m.get("enum").and_then(Value::as_array) else {
+                            return false;
+                        };
+                        let only_annotations = m.as_object().is_some_and(|o| {
+                            o.keys().all(|k| {
+                                matches!(
+                                    k.as_str(),
+                                    "enum"
+                                        | "type"
+                                        | "title"
+                                        | "description"
+                                        | "default"
+                                        | "examples"
+                                        | "deprecated"
+                                )
+                            })
+                        });
+                        values.extend(set.iter().cloned());
+                        let t = m.get("type").cloned().unwrap_or(Value::Null);
+                        if !types.contains(&t) {
+                            types.push(t);
+                        }
+                        only_annotations
+                    });
+                if all_value_sets {
+                    out.remove(keyword);
+                    out.insert("enum".to_owned(), Value::Array(values));
+                    if types.len() == 1 && !out.contains_key("type") {
+                        if let Some(Value::String(t)) = types.into_iter().next() {
+                            out.insert("type".to_owned(), Value::String(t));
+                        }
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
     }
 }
