@@ -746,10 +746,10 @@ fn canonical_value_sets(value: &Value) -> Value {
                 if all_value_sets {
                     out.remove(keyword);
                     out.insert("enum".to_owned(), Value::Array(values));
-                    if types.len() == 1 && !out.contains_key("type") {
-                        if let Some(Value::String(t)) = types.into_iter().next() {
-                            out.insert("type".to_owned(), Value::String(t));
-                        }
+                    if let [Value::String(t)] = types.as_slice()
+                        && !out.contains_key("type")
+                    {
+                        out.insert("type".to_owned(), Value::String(t.clone()));
                     }
                 }
             }
