@@ -266,3 +266,32 @@ impl_orders!(
     Sqlite,
     "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, version = excluded.version"
 );
+
+/// The NATS server tests use.
+pub fn nats_url() -> String {
+    std::env::var("EVENT_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// The RabbitMQ server tests use.
+pub fn amqp_url() -> String {
+    std::env::var("EVENT_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// `Some(value)`, or `None` after saying why the test is skipped; a failure instead under
+/// `EVENT_TEST_REQUIRE_SERVICES=1`.
+pub fn reachable<T, E: std::fmt::Display>(
+    service: &str,
+    url: &str,
+    result: Result<T, E>,
+) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) => unreachable(service, url, e).and(None),
+    }
+}
+
+/// A name no other test run uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", unique_name())
+}

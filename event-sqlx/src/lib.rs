@@ -24,8 +24,10 @@
 //! ```
 
 mod backend;
+mod brokers;
 mod config;
 mod error;
+mod inbox;
 mod message;
 mod outbox;
 mod publisher;
@@ -36,8 +38,14 @@ mod table;
 
 pub use backend::message::MessageBackend;
 pub use backend::{Backend, Dialect};
+pub use brokers::BrokerError;
+#[cfg(feature = "nats")]
+pub use brokers::NatsPublisher;
+#[cfg(feature = "rabbitmq")]
+pub use brokers::RabbitMqPublisher;
 pub use config::{OutboxConfig, Route};
 pub use error::OutboxError;
+pub use inbox::{Handled, Inbox, InboxError};
 pub use message::{MessageEvent, MessageRecord, MessageStore};
 pub use outbox::Outbox;
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};

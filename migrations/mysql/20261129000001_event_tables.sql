@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     consumer VARCHAR(128) NOT NULL COMMENT 'consumer name',
     event_id VARCHAR(64) NOT NULL COMMENT 'eventId (event_no) consumed',
     consumed_time DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'consumed at',
+    deliveries INT NOT NULL DEFAULT 1 COMMENT 'deliveries seen; a duplicate on MySQL bumps it, which is how it is told from an insert',
     PRIMARY KEY (consumer, event_id),
     KEY idx_consumed_time (consumed_time)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='consumer inbox';

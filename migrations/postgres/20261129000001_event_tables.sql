@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     consumer VARCHAR(128) NOT NULL,
     event_id VARCHAR(64) NOT NULL,
     consumed_time TIMESTAMPTZ NOT NULL DEFAULT now(),
+    deliveries INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS consumed_idx_consumed_time ON consumed_event (consumed_time);

@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     consumer TEXT NOT NULL,
     event_id TEXT NOT NULL,
     consumed_time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')),
+    deliveries INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS consumed_idx_consumed_time ON consumed_event (consumed_time);

@@ -450,6 +450,36 @@ macro_rules! impl_backend {
                 }
             }
 
+            fn insert_consumed<'a>(
+                conn: &'a mut <$db as sqlx::Database>::Connection,
+                table: &'a TableName,
+                consumer: &'a str,
+                event_id: &'a str,
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "INSERT INTO {table} (consumer, event_id, consumed_time) VALUES ("
+                    ));
+                    q.push_bind(consumer)
+                        .push(", ")
+                        .push_bind(event_id)
+                        .push(", ")
+                        .push_bind(now)
+                        .push(")");
+                    // Seed 003's inbox write (never INSERT IGNORE, which also swallows other
+                    // errors). sqlx connects to MySQL with CLIENT_FOUND_ROWS, under which an
+                    // unchanged duplicate also reports one row: the duplicate bumps `deliveries`
+                    // so that it reports two. The caller rolls a duplicate back.
+                    if Self::DIALECT == Dialect::MySql {
+                        q.push(" ON DUPLICATE KEY UPDATE deliveries = deliveries + 1");
+                    } else {
+                        q.push(" ON CONFLICT (consumer, event_id) DO NOTHING");
+                    }
+                    Ok(q.build().execute(&mut *conn).await?.rows_affected() == 1)
+                }
+            }
+
             fn retry<'a>(
                 pool: &'a Pool<$db>,
                 table: &'a TableName,

@@ -183,6 +183,16 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
 
+    /// Records `(consumer, event_id)` in the inbox table on `conn`; false when it was there.
+    #[doc(hidden)]
+    fn insert_consumed<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a TableName,
+        consumer: &'a str,
+        event_id: &'a str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a;
+
     #[doc(hidden)]
     fn retry<'a>(
         pool: &'a Pool<Self>,

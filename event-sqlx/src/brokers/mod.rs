@@ -1,0 +1,57 @@
+//! Publishers to real brokers, behind cargo features: NATS JetStream (`nats`) and RabbitMQ
+//! (`rabbitmq`). Each sends the envelope's JSON, the same shape on every transport, with the
+//! event number as the broker's deduplication id and the event's metadata as headers.
+
+#[cfg(feature = "nats")]
+mod nats;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
+
+#[cfg(feature = "nats")]
+pub use nats::NatsPublisher;
+#[cfg(feature = "rabbitmq")]
+pub use rabbitmq::RabbitMqPublisher;
+
+use crate::publisher::OutboxMessage;
+
+/// Why a broker could not be reached or set up.
+#[derive(Debug, thiserror::Error)]
+#[error("{broker} at {address}: {reason}")]
+pub struct BrokerError {
+    broker: &'static str,
+    address: String,
+    reason: String,
+}
+
+impl BrokerError {
+    #[allow(dead_code)] // used by whichever broker features are on
+    pub(crate) fn new(
+        broker: &'static str,
+        address: &str,
+        reason: impl std::fmt::Display,
+    ) -> BrokerError {
+        BrokerError {
+            broker,
+            address: address.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// The headers every transport carries, besides the broker's own deduplication id.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, String)> {
+    let e = &message.envelope;
+    let mut headers = vec![
+        ("eventId", e.event_id.to_string()),
+        ("eventType", e.event_type.clone()),
+        ("eventVersion", e.event_version.to_string()),
+        ("aggregateType", e.aggregate_type.clone()),
+        ("aggregateId", e.aggregate_id.clone()),
+        ("aggregateSequence", e.aggregate_sequence.to_string()),
+    ];
+    if let Some(traceparent) = &e.headers.traceparent {
+        headers.push(("traceparent", traceparent.clone()));
+    }
+    headers
+}

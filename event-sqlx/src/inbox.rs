@@ -1,0 +1,116 @@
+//! The consumer inbox (seed 003): a handler's writes and the record that it consumed the event
+//! commit together, so a redelivered event has its effect once.
+
+use event_core::EventEnvelope;
+use sqlx::Pool;
+
+use crate::TableName;
+use crate::backend::Backend;
+use crate::outbox::now;
+
+/// What became of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled<T> {
+    /// The handler ran and its writes committed with the inbox record.
+    Applied(T),
+    /// The consumer had already consumed this event: the handler did not run. Acknowledge it.
+    Duplicate,
+}
+
+/// Why a delivery was not handled. Nothing of it was committed.
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError<E> {
+    /// The handler failed; its writes were rolled back, and the event can be delivered again.
+    #[error("handler failed: {0}")]
+    Handler(E),
+    /// The database failed.
+    #[error("inbox database error on {table}: {source}")]
+    Database {
+        /// The inbox table.
+        table: String,
+        /// What sqlx reported.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+/// The inbox of one consumer, in `consumed_event`.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::SqlitePool, envelope: event_core::EventEnvelope) -> Result<(), Box<dyn std::error::Error>> {
+/// use event_sqlx::{Handled, Inbox};
+///
+/// let inbox = Inbox::new(pool, "invoice-service");
+/// let outcome = inbox
+///     .handle(&envelope, async |tx: &mut sqlx::SqliteConnection| {
+///         sqlx::query("INSERT INTO invoice (order_id) VALUES (?)")
+///             .bind(&envelope.aggregate_id)
+///             .execute(&mut *tx)
+///             .await?;
+///         Ok::<_, sqlx::Error>(())
+///     })
+///     .await?;
+/// if outcome == Handled::Duplicate {
+///     // Already applied: acknowledge the redelivery and move on.
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Inbox<DB: Backend> {
+    pool: Pool<DB>,
+    consumer: String,
+    table: TableName,
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// The inbox of `consumer` (e.g. `invoice-service`) in the seed's `consumed_event`.
+    pub fn new(pool: Pool<DB>, consumer: impl Into<String>) -> Inbox<DB> {
+        Inbox {
+            pool,
+            consumer: consumer.into(),
+            table: TableName::new("consumed_event").unwrap_or_else(|_| unreachable!()),
+        }
+    }
+
+    /// Uses another table with the same columns.
+    pub fn table(mut self, table: TableName) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// The consumer's name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Runs `handler` on a transaction that also records the event as consumed, and commits both;
+    /// when the event was consumed before, the handler does not run. If the handler fails,
+    /// nothing is committed.
+    pub async fn handle<T, E>(
+        &self,
+        envelope: &EventEnvelope,
+        handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
+    ) -> Result<Handled<T>, InboxError<E>> {
+        let db = |source| InboxError::Database {
+            table: self.table.to_string(),
+            source,
+        };
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let first = DB::insert_consumed(
+            &mut tx,
+            &self.table,
+            &self.consumer,
+            envelope.event_id.as_str(),
+            now(),
+        )
+        .await
+        .map_err(db)?;
+        if !first {
+            tx.rollback().await.map_err(db)?;
+            return Ok(Handled::Duplicate);
+        }
+        let value = handler(&mut tx).await.map_err(InboxError::Handler)?;
+        tx.commit().await.map_err(db)?;
+        Ok(Handled::Applied(value))
+    }
+}
