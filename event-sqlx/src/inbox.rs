@@ -83,6 +83,14 @@ impl<DB: Backend> Inbox<DB> {
         &self.consumer
     }
 
+    pub(crate) fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    pub(crate) fn table_name(&self) -> &TableName {
+        &self.table
+    }
+
     /// Runs `handler` on a transaction that also records the event as consumed, and commits both;
     /// when the event was consumed before, the handler does not run. If the handler fails,
     /// nothing is committed.

@@ -26,6 +26,7 @@
 mod backend;
 mod brokers;
 mod config;
+mod consumer;
 mod error;
 mod inbox;
 mod message;
@@ -39,11 +40,12 @@ mod table;
 pub use backend::message::MessageBackend;
 pub use backend::{Backend, Dialect};
 pub use brokers::BrokerError;
-#[cfg(feature = "nats")]
-pub use brokers::NatsPublisher;
 #[cfg(feature = "rabbitmq")]
 pub use brokers::RabbitMqPublisher;
+#[cfg(feature = "nats")]
+pub use brokers::{ConsumeReport, JetStreamSubscription, NatsPublisher};
 pub use config::{OutboxConfig, Route};
+pub use consumer::{Consumer, ConsumerStopped, HandlerError, Processed, QuarantineRecord};
 pub use error::OutboxError;
 pub use inbox::{Handled, Inbox, InboxError};
 pub use message::{MessageEvent, MessageRecord, MessageStore};

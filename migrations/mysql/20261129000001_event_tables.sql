@@ -80,3 +80,23 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     PRIMARY KEY (consumer, event_id),
     KEY idx_consumed_time (consumed_time)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='consumer inbox';
+
+CREATE TABLE IF NOT EXISTS quarantined_event (
+    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT COMMENT 'primary key',
+    consumer VARCHAR(128) NOT NULL COMMENT 'consumer name',
+    consumer_version VARCHAR(64) NOT NULL COMMENT 'consumer version that failed',
+    event_id VARCHAR(64) NOT NULL COMMENT 'eventId, or a digest of an undecodable body',
+    event_type VARCHAR(64) DEFAULT NULL COMMENT 'event type, when readable',
+    body MEDIUMTEXT NOT NULL COMMENT 'the message as received',
+    failure_class VARCHAR(16) NOT NULL COMMENT 'permanent or transient',
+    reason VARCHAR(1000) NOT NULL COMMENT 'last failure',
+    retry_count INT NOT NULL DEFAULT 0 COMMENT 'failed attempts',
+    owner VARCHAR(128) DEFAULT NULL COMMENT 'who recovers it',
+    status TINYINT NOT NULL DEFAULT 0 COMMENT '0 quarantined, 2 replayed',
+    first_failure_time DATETIME(6) NOT NULL COMMENT 'first failure',
+    last_failure_time DATETIME(6) NOT NULL COMMENT 'last failure',
+    replay_time DATETIME(6) DEFAULT NULL COMMENT 'replayed at',
+    PRIMARY KEY (id),
+    UNIQUE KEY uk_consumer_event (consumer, event_id),
+    KEY idx_status_consumer (status, consumer)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='events a consumer could not process';

@@ -84,3 +84,22 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS consumed_idx_consumed_time ON consumed_event (consumed_time);
+
+CREATE TABLE IF NOT EXISTS quarantined_event (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    consumer TEXT NOT NULL,
+    consumer_version TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    event_type TEXT,
+    body TEXT NOT NULL,
+    failure_class TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    retry_count INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    status INTEGER NOT NULL DEFAULT 0,
+    first_failure_time TEXT NOT NULL,
+    last_failure_time TEXT NOT NULL,
+    replay_time TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS quarantine_uk_consumer_event ON quarantined_event (consumer, event_id);
+CREATE INDEX IF NOT EXISTS quarantine_idx_status_consumer ON quarantined_event (status, consumer);

@@ -480,6 +480,131 @@ macro_rules! impl_backend {
                 }
             }
 
+            fn quarantine_upsert<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                e: &'a crate::consumer::NewQuarantine,
+            ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "INSERT INTO {table} (consumer, consumer_version, event_id, event_type, body, \
+                         failure_class, reason, retry_count, owner, status, first_failure_time, last_failure_time) VALUES ("
+                    ));
+                    let mut v = q.separated(", ");
+                    v.push_bind(e.consumer.as_str())
+                        .push_bind(e.consumer_version.as_str())
+                        .push_bind(e.event_id.as_str())
+                        .push_bind(e.event_type.as_deref())
+                        .push_bind(e.body.as_str())
+                        .push_bind(e.failure_class)
+                        .push_bind(e.reason.as_str())
+                        .push_bind(e.retry_count)
+                        .push_bind(e.owner.as_deref())
+                        .push_bind(0_i16)
+                        .push_bind(e.now)
+                        .push_bind(e.now);
+                    q.push(")");
+                    // Failing again: count it, keep the first failure time, quarantine again.
+                    if Self::DIALECT == Dialect::MySql {
+                        q.push(" ON DUPLICATE KEY UPDATE retry_count = retry_count + VALUES(retry_count), \
+                            reason = VALUES(reason), failure_class = VALUES(failure_class), \
+                            consumer_version = VALUES(consumer_version), body = VALUES(body), \
+                            last_failure_time = VALUES(last_failure_time), status = 0");
+                    } else {
+                        q.push(format!(" ON CONFLICT (consumer, event_id) DO UPDATE SET \
+                            retry_count = {table}.retry_count + excluded.retry_count, reason = excluded.reason, \
+                            failure_class = excluded.failure_class, consumer_version = excluded.consumer_version, \
+                            body = excluded.body, last_failure_time = excluded.last_failure_time, status = 0"));
+                    }
+                    q.build().execute(pool).await?;
+                    Ok(())
+                }
+            }
+
+            fn quarantine_select<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                consumer: &'a str,
+                status: i16,
+                limit: i64,
+            ) -> impl Future<Output = Result<Vec<crate::consumer::QuarantineRecord>, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::Row;
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "SELECT id, consumer, consumer_version, event_id, event_type, body, failure_class, reason, \
+                         retry_count, owner, status, first_failure_time, last_failure_time, replay_time \
+                         FROM {table} WHERE consumer = "
+                    ));
+                    q.push_bind(consumer)
+                        .push(" AND status = ")
+                        .push_bind(status)
+                        .push(" ORDER BY first_failure_time ASC, id ASC LIMIT ")
+                        .push_bind(limit);
+                    let mut out = Vec::new();
+                    for row in q.build().fetch_all(pool).await? {
+                        let id: $id = row.try_get("id")?;
+                        let status: $status = row.try_get("status")?;
+                        out.push(crate::consumer::QuarantineRecord {
+                            id: i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                            consumer: row.try_get("consumer")?,
+                            consumer_version: row.try_get("consumer_version")?,
+                            event_id: row.try_get("event_id")?,
+                            event_type: row.try_get("event_type")?,
+                            body: row.try_get("body")?,
+                            failure_class: row.try_get("failure_class")?,
+                            reason: row.try_get("reason")?,
+                            retry_count: row.try_get("retry_count")?,
+                            owner: row.try_get("owner")?,
+                            replayed: i64::from(status) == 2,
+                            first_failure_time: row.try_get("first_failure_time")?,
+                            last_failure_time: row.try_get("last_failure_time")?,
+                            replay_time: row.try_get("replay_time")?,
+                        });
+                    }
+                    Ok(out)
+                }
+            }
+
+            fn quarantine_mark_replayed<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                id: i64,
+                now: DateTime<Utc>,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!("UPDATE {table} SET status = 2, replay_time = "));
+                    q.push_bind(now).push(" WHERE id = ").push_bind(id).push(" AND status = 0");
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
+            fn prune_consumed<'a>(
+                pool: &'a Pool<$db>,
+                table: &'a TableName,
+                older_than: DateTime<Utc>,
+                limit: i64,
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+                async move {
+                    // One bounded batch: short locks, however large the backlog.
+                    let mut q = sqlx::QueryBuilder::<$db>::new("");
+                    match Self::DIALECT {
+                        Dialect::MySql => {
+                            q.push(format!("DELETE FROM {table} WHERE consumed_time < "));
+                            q.push_bind(older_than).push(" LIMIT ").push_bind(limit);
+                        }
+                        Dialect::Postgres => {
+                            q.push(format!("DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} WHERE consumed_time < "));
+                            q.push_bind(older_than).push(" LIMIT ").push_bind(limit).push(")");
+                        }
+                        Dialect::Sqlite => {
+                            q.push(format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE consumed_time < "));
+                            q.push_bind(older_than).push(" LIMIT ").push_bind(limit).push(")");
+                        }
+                    }
+                    Ok(q.build().execute(pool).await?.rows_affected())
+                }
+            }
+
             fn retry<'a>(
                 pool: &'a Pool<$db>,
                 table: &'a TableName,

@@ -194,6 +194,38 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a;
 
     #[doc(hidden)]
+    fn quarantine_upsert<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        entry: &'a crate::consumer::NewQuarantine,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn quarantine_select<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        consumer: &'a str,
+        status: i16,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<crate::consumer::QuarantineRecord>, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn quarantine_mark_replayed<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        id: i64,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
+    fn prune_consumed<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a TableName,
+        older_than: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    #[doc(hidden)]
     fn retry<'a>(
         pool: &'a Pool<Self>,
         table: &'a TableName,

@@ -8,7 +8,7 @@ mod nats;
 mod rabbitmq;
 
 #[cfg(feature = "nats")]
-pub use nats::NatsPublisher;
+pub use nats::{ConsumeReport, JetStreamSubscription, NatsPublisher};
 #[cfg(feature = "rabbitmq")]
 pub use rabbitmq::RabbitMqPublisher;
 

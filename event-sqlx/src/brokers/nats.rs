@@ -108,3 +108,114 @@ impl Publisher for NatsPublisher {
         results
     }
 }
+
+/// A durable JetStream pull consumer feeding a [`Consumer`](crate::Consumer): each message is
+/// acknowledged only after it was processed (applied and committed, a duplicate, ignored, or
+/// quarantined). A message whose processing stopped the consumer is not acknowledged, so
+/// JetStream delivers it again after the fix; so is one whose process died before its ack, and
+/// the inbox turns that redelivery into a duplicate.
+#[derive(Debug)]
+pub struct JetStreamSubscription {
+    consumer: jetstream::consumer::PullConsumer,
+}
+
+/// What a subscription processed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumeReport {
+    /// Applied and committed.
+    pub applied: usize,
+    /// Already consumed.
+    pub duplicates: usize,
+    /// Not for this consumer.
+    pub ignored: usize,
+    /// Quarantined.
+    pub quarantined: usize,
+}
+
+impl JetStreamSubscription {
+    /// The durable consumer `durable` on `stream`, receiving `filter_subject` (e.g.
+    /// `order.event.>`), created if missing. `ack_wait` is how long JetStream waits for an ack
+    /// before delivering again.
+    pub async fn durable(
+        publisher: &NatsPublisher,
+        stream: &str,
+        durable: &str,
+        filter_subject: &str,
+        ack_wait: Duration,
+    ) -> Result<JetStreamSubscription, BrokerError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            BrokerError::new(
+                "NATS",
+                &publisher.address,
+                format!("consumer {durable} on {stream}: {e}"),
+            )
+        };
+        let stream = publisher
+            .jetstream
+            .get_stream(stream)
+            .await
+            .map_err(|e| fail(&e))?;
+        let consumer = stream
+            .get_or_create_consumer(
+                durable,
+                jetstream::consumer::pull::Config {
+                    durable_name: Some(durable.to_owned()),
+                    filter_subject: filter_subject.to_owned(),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ack_wait,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| fail(&e))?;
+        Ok(JetStreamSubscription { consumer })
+    }
+
+    /// Processes messages until a fetch waits `idle` without any, and reports what it did.
+    pub async fn drain<DB: crate::Backend, E: event_core::DomainEvent>(
+        &self,
+        consumer: &crate::Consumer<DB>,
+        idle: Duration,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
+    ) -> Result<ConsumeReport, crate::ConsumerStopped> {
+        use futures_util::StreamExt;
+        let stopped = |e: &dyn std::fmt::Display| crate::ConsumerStopped {
+            consumer: consumer.name().to_owned(),
+            reason: format!("JetStream: {e}"),
+        };
+        let mut report = ConsumeReport::default();
+        loop {
+            let mut batch = self
+                .consumer
+                .fetch()
+                .max_messages(100)
+                .expires(idle)
+                .messages()
+                .await
+                .map_err(|e| stopped(&e))?;
+            let mut seen = 0;
+            while let Some(message) = batch.next().await {
+                let message = message.map_err(|e| stopped(&e))?;
+                seen += 1;
+                let id = message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Msg-Id"))
+                    .map(|v| v.as_str().to_owned());
+                match consumer
+                    .process::<E>(&message.payload, id.as_deref(), &handler)
+                    .await?
+                {
+                    crate::Processed::Applied => report.applied += 1,
+                    crate::Processed::Duplicate => report.duplicates += 1,
+                    crate::Processed::Ignored => report.ignored += 1,
+                    crate::Processed::Quarantined(_) => report.quarantined += 1,
+                }
+                message.ack().await.map_err(|e| stopped(&e))?;
+            }
+            if seen == 0 {
+                return Ok(report);
+            }
+        }
+    }
+}

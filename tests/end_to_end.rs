@@ -1,0 +1,282 @@
+//! An order service writes through the outbox, the relay publishes to NATS JetStream, an invoice
+//! consumer creates invoices. Whatever is redelivered, replayed or crashes in between, every
+//! paid order has exactly one invoice.
+
+use std::time::Duration;
+
+use event_core::{EventContext, UnitOfWork};
+use event_sqlx::{
+    Consumer, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig, Processed,
+    RelayConfig, Route,
+};
+use event_tests::db::{TestDb, nats_url, reachable, unique};
+use event_tests::fixtures::{Order, OrderPaid};
+use futures_util::StreamExt;
+
+const ORDERS: i64 = 10;
+
+async fn invoices(pool: &sqlx::SqlitePool) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM invoice")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The invoice consumer's handler: one invoice per paid order, in the consumer's transaction.
+async fn invoice(tx: &mut sqlx::SqliteConnection, paid: OrderPaid) -> Result<(), HandlerError> {
+    if paid.amount_minor == 999 {
+        return Err(HandlerError::Permanent(
+            "amount 999 is a test amount, refused".into(),
+        ));
+    }
+    sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES (?, ?)")
+        .bind(&paid.order_id)
+        .bind(paid.amount_minor)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| HandlerError::Transient(e.to_string()))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
+    let url = nats_url();
+    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let pool = db.pool().clone();
+    sqlx::query("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let topic = unique("shop").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let route = |key: &str| Route {
+        channel: "MQ".into(),
+        topic: Some(topic.clone()),
+        routing_key: Some(key.into()),
+    };
+    // Both events go to the stream: per-aggregate order holds ORDER_PAID until ORDER_PLACED is out.
+    let outbox = Outbox::new(
+        pool.clone(),
+        OutboxConfig::new()
+            .route("ORDER_PLACED", route("order.placed"))
+            .route("ORDER_PAID", route("order.paid")),
+    );
+
+    // The order service: each order placed and paid, state and events in one transaction.
+    for i in 0..ORDERS {
+        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
+        order.pay(100 + i).unwrap();
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut order).unwrap();
+        outbox
+            .commit(pool.begin().await.unwrap(), uow)
+            .await
+            .unwrap();
+    }
+    let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
+    while relay.run_once().await.unwrap().claimed > 0 {}
+
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").owner("billing-team");
+    let subject = format!("{topic}.order.paid");
+    let ack_wait = Duration::from_millis(800);
+    let subscription =
+        JetStreamSubscription::durable(&publisher, &stream, "invoice-service", &subject, ack_wait)
+            .await
+            .unwrap();
+
+    // A consumer process dies after committing three invoices and before acknowledging them.
+    {
+        let js = publisher.jetstream();
+        let durable = js
+            .get_stream(&stream)
+            .await
+            .unwrap()
+            .get_consumer::<async_nats::jetstream::consumer::pull::Config>("invoice-service")
+            .await
+            .unwrap();
+        let mut batch = durable.fetch().max_messages(3).messages().await.unwrap();
+        while let Some(message) = batch.next().await {
+            let message = message.unwrap();
+            let outcome = consumer
+                .process::<OrderPaid>(&message.payload, None, invoice)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Processed::Applied);
+            // ... and the process is killed here: no ack.
+        }
+    }
+    assert_eq!(invoices(&pool).await, 3);
+    tokio::time::sleep(ack_wait + Duration::from_millis(300)).await;
+
+    // The next consumer gets the seven never delivered and the three redelivered.
+    let report = subscription
+        .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
+        .await
+        .unwrap();
+    assert_eq!((report.applied, report.duplicates), (7, 3), "{report:?}");
+    assert_eq!(invoices(&pool).await, ORDERS);
+
+    // An operator re-publishes every event (relay replay), without broker-side dedupe.
+    for i in 0..ORDERS {
+        for row in outbox
+            .by_aggregate("ORDER", &format!("o-{i}"))
+            .await
+            .unwrap()
+        {
+            if row.event_type == "ORDER_PAID" {
+                let body = serde_json::to_vec(&row.envelope().unwrap()).unwrap();
+                publisher
+                    .jetstream()
+                    .publish(subject.clone(), body.into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    let report = subscription
+        .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.applied, report.duplicates),
+        (0, ORDERS as usize),
+        "{report:?}"
+    );
+    assert_eq!(
+        invoices(&pool).await,
+        ORDERS,
+        "still exactly one invoice per order"
+    );
+
+    // A poison message and an event the handler refuses are quarantined, and the rest goes on.
+    publisher
+        .jetstream()
+        .publish(subject.clone(), "not an envelope".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut refused = Order::place("o-refused", 999).unwrap();
+    refused.pay(999).unwrap();
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    uow.collect(&mut refused).unwrap();
+    outbox
+        .commit(pool.begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    while relay.run_once().await.unwrap().claimed > 0 {}
+    let report = subscription
+        .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
+        .await
+        .unwrap();
+    assert_eq!(report.quarantined, 2, "{report:?}");
+    let quarantined = consumer.quarantined(10).await.unwrap();
+    assert_eq!(quarantined.len(), 2);
+    let poison = quarantined.iter().find(|q| q.event_type.is_none()).unwrap();
+    assert!(
+        poison.reason.contains("not an event envelope"),
+        "{}",
+        poison.reason
+    );
+    let refused_entry = quarantined
+        .iter()
+        .find(|q| q.event_type.as_deref() == Some("ORDER_PAID"))
+        .unwrap();
+    assert_eq!(refused_entry.event_id, "ORDER_PAID:o-refused");
+    assert_eq!(
+        (
+            refused_entry.failure_class.as_str(),
+            refused_entry.consumer_version.as_str()
+        ),
+        ("permanent", "1.4.2")
+    );
+    assert_eq!(refused_entry.owner.as_deref(), Some("billing-team"));
+
+    // After the fix, the quarantine is replayed: the refused order gets its invoice; replaying
+    // again changes nothing.
+    let fixed =
+        async |tx: &mut sqlx::SqliteConnection, paid: OrderPaid| -> Result<(), HandlerError> {
+            sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES (?, ?)")
+                .bind(&paid.order_id)
+                .bind(paid.amount_minor)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| HandlerError::Transient(e.to_string()))?;
+            Ok(())
+        };
+    assert_eq!(
+        consumer.replay::<OrderPaid>(10, &fixed).await.unwrap(),
+        1,
+        "the poison body stays quarantined"
+    );
+    assert_eq!(invoices(&pool).await, ORDERS + 1);
+    assert_eq!(consumer.replay::<OrderPaid>(10, &fixed).await.unwrap(), 0);
+    assert_eq!(consumer.quarantined(10).await.unwrap().len(), 1);
+
+    // A bug stops the consumer and leaves the message unacknowledged.
+    publisher
+        .jetstream()
+        .publish(
+            subject.clone(),
+            serde_json::to_vec(
+                &outbox
+                    .by_event_no("ORDER_PAID:o-1")
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .envelope()
+                    .unwrap(),
+            )
+            .unwrap()
+            .into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let other = Consumer::new(pool.clone(), "audit-service", "0.1.0");
+    let audit =
+        JetStreamSubscription::durable(&publisher, &stream, "audit-service", &subject, ack_wait)
+            .await
+            .unwrap();
+    let stopped = audit
+        .drain::<_, OrderPaid>(
+            &other,
+            Duration::from_millis(1000),
+            async |_tx: &mut sqlx::SqliteConnection, _paid: OrderPaid| {
+                Err(HandlerError::Bug("index out of bounds".into()))
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        stopped.to_string().contains("audit-service stopped")
+            && stopped.to_string().contains("index out of bounds"),
+        "{stopped}"
+    );
+
+    // Retention: inbox records past their window are pruned in batches.
+    assert_eq!(
+        consumer
+            .prune_inbox(Duration::from_secs(3600), 5)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        consumer.prune_inbox(Duration::ZERO, 4).await.unwrap(),
+        ORDERS as u64 + 1
+    );
+
+    publisher.jetstream().delete_stream(&stream).await.unwrap();
+    db.cleanup().await;
+}
