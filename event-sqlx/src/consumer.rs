@@ -108,7 +108,7 @@ pub struct NewQuarantine {
 }
 
 /// One consumer: its inbox, the upcasters it reads old versions with, its quarantine.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Consumer<DB: Backend> {
     inbox: Inbox<DB>,
     version: String,
@@ -373,5 +373,19 @@ mod sha2_free_digest {
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
         format!("body:{hash:016x}")
+    }
+}
+
+impl<DB: Backend> Clone for Consumer<DB> {
+    fn clone(&self) -> Self {
+        Consumer {
+            inbox: self.inbox.clone(),
+            version: self.version.clone(),
+            upcasters: self.upcasters.clone(),
+            retries: self.retries.clone(),
+            attempts: self.attempts.clone(),
+            owner: self.owner.clone(),
+            quarantine: self.quarantine.clone(),
+        }
     }
 }

@@ -55,7 +55,7 @@ pub enum InboxError<E> {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Inbox<DB: Backend> {
     pool: Pool<DB>,
     consumer: String,
@@ -120,5 +120,15 @@ impl<DB: Backend> Inbox<DB> {
         let value = handler(&mut tx).await.map_err(InboxError::Handler)?;
         tx.commit().await.map_err(db)?;
         Ok(Handled::Applied(value))
+    }
+}
+
+impl<DB: Backend> Clone for Inbox<DB> {
+    fn clone(&self) -> Self {
+        Inbox {
+            pool: self.pool.clone(),
+            consumer: self.consumer.clone(),
+            table: self.table.clone(),
+        }
     }
 }

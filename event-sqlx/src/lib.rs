@@ -36,6 +36,7 @@ mod record;
 mod relay;
 mod status;
 mod table;
+mod worker;
 
 pub use backend::message::MessageBackend;
 pub use backend::{Backend, Dialect};
@@ -55,3 +56,4 @@ pub use record::{FlushReport, OutboxRecord, RecordError, StatusCounts};
 pub use relay::{Backoff, BatchReport, Relay, RelayConfig, due_after};
 pub use status::{EventStatus, StatusError};
 pub use table::{TableName, TableNameError};
+pub use worker::{MessageWorker, WorkerReport};

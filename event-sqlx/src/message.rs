@@ -109,7 +109,7 @@ pub struct NewMessage {
 }
 
 /// The message event table on one database.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MessageStore<DB: MessageBackend> {
     pool: Pool<DB>,
     table: TableName,
@@ -306,6 +306,16 @@ impl<DB: MessageBackend> MessageStore<DB> {
         OutboxError::Database {
             table: self.table.to_string(),
             source,
+        }
+    }
+}
+
+impl<DB: MessageBackend> Clone for MessageStore<DB> {
+    fn clone(&self) -> Self {
+        MessageStore {
+            pool: self.pool.clone(),
+            table: self.table.clone(),
+            max_retry_count: self.max_retry_count.clone(),
         }
     }
 }
