@@ -383,7 +383,7 @@ impl<DB: Backend> Clone for Consumer<DB> {
             version: self.version.clone(),
             upcasters: self.upcasters.clone(),
             retries: self.retries.clone(),
-            attempts: self.attempts.clone(),
+            attempts: self.attempts,
             owner: self.owner.clone(),
             quarantine: self.quarantine.clone(),
         }

@@ -315,7 +315,7 @@ impl<DB: MessageBackend> Clone for MessageStore<DB> {
         MessageStore {
             pool: self.pool.clone(),
             table: self.table.clone(),
-            max_retry_count: self.max_retry_count.clone(),
+            max_retry_count: self.max_retry_count,
         }
     }
 }

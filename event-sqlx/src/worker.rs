@@ -215,12 +215,12 @@ impl<DB: MessageBackend> Clone for MessageWorker<DB> {
         MessageWorker {
             store: self.store.clone(),
             handlers: self.handlers.clone(),
-            concurrency: self.concurrency.clone(),
-            batch: self.batch.clone(),
+            concurrency: self.concurrency,
+            batch: self.batch,
             backoff: self.backoff.clone(),
-            poll_interval: self.poll_interval.clone(),
+            poll_interval: self.poll_interval,
             critical: self.critical.clone(),
-            cancel_exhausted: self.cancel_exhausted.clone(),
+            cancel_exhausted: self.cancel_exhausted,
         }
     }
 }
