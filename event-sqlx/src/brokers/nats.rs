@@ -35,6 +35,13 @@ impl NatsPublisher {
         })
     }
 
+    /// Waits at most `timeout` for each publish acknowledgement (10 s by default); a publish not
+    /// acknowledged in time fails and is retried by the relay.
+    pub fn ack_timeout(mut self, timeout: Duration) -> NatsPublisher {
+        self.jetstream.set_timeout(timeout);
+        self
+    }
+
     /// The JetStream context, to create streams and consumers.
     pub fn jetstream(&self) -> &jetstream::Context {
         &self.jetstream

@@ -1,0 +1,159 @@
+//! NATS goes down in the middle of a run and comes back: every event arrives, once. The test runs
+//! its own nats-server (the shared one stays up for the other tests).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use event_core::{EventContext, UnitOfWork};
+use event_sqlx::{Backoff, EventStatus, NatsPublisher, Outbox, OutboxConfig, RelayConfig, Route};
+use event_tests::db::{TestDb, services_required, unique};
+use event_tests::fixtures::Order;
+
+const NATS_SERVER: &str = "/usr/sbin/nats-server";
+const EVENTS: usize = 30;
+
+fn start(port: u16, store: &std::path::Path) -> Child {
+    Command::new(NATS_SERVER)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server")
+}
+
+async fn wait_until_listening(port: u16) {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nats-server did not listen on {port}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_published_across_a_broker_outage_arrive_once() {
+    if !std::path::Path::new(NATS_SERVER).exists() {
+        assert!(
+            !services_required(),
+            "{NATS_SERVER} is needed for this test"
+        );
+        eprintln!("skipping: {NATS_SERVER} is not installed");
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = std::env::temp_dir().join(unique("nats-store"));
+    let mut server = start(port, &store);
+    wait_until_listening(port).await;
+    let url = format!("nats://127.0.0.1:{port}");
+    let publisher = NatsPublisher::connect(&url)
+        .await
+        .unwrap()
+        .ack_timeout(Duration::from_millis(500));
+    publisher
+        .ensure_stream("OUTAGE", vec!["outage.>".into()])
+        .await
+        .unwrap();
+
+    let db = TestDb::sqlite().await.unwrap();
+    let route = Route {
+        channel: "MQ".into(),
+        topic: Some("outage".into()),
+        routing_key: Some("order.placed".into()),
+    };
+    let outbox = Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new()
+            .route("ORDER_PLACED", route)
+            .max_retry_count(50),
+    );
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    for i in 0..EVENTS {
+        uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
+            .unwrap();
+    }
+    outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let relay = outbox.relay(
+        publisher.clone(),
+        RelayConfig::new("relay")
+            .batch_size(10)
+            .backoff(Backoff::schedule([Duration::from_millis(200)]).jitter(0.0)),
+    );
+
+    // Ten go out; then the broker dies.
+    assert_eq!(relay.run_once().await.unwrap().published, 10);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let down = relay.run_once().await.unwrap();
+    assert_eq!(
+        (down.claimed, down.published, down.failed),
+        (10, 0, 10),
+        "{down:?}"
+    );
+    let failed = outbox.failed_by_topic("outage", 100).await.unwrap();
+    assert_eq!(
+        failed.len(),
+        10,
+        "visible as failed, waiting for their retry"
+    );
+
+    // The broker comes back with its stream; the relay's retries deliver the rest.
+    let mut server = start(port, &store);
+    wait_until_listening(port).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = chrono::Utc::now();
+        let counts = outbox
+            .status_counts(
+                None,
+                now - chrono::TimeDelta::hours(1),
+                now + chrono::TimeDelta::hours(1),
+            )
+            .await
+            .unwrap();
+        if counts.succeeded == EVENTS as i64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all published after the broker came back: {counts:?}"
+        );
+        relay.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let info = publisher
+        .jetstream()
+        .get_stream("OUTAGE")
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    assert_eq!(
+        info.state.messages, EVENTS as u64,
+        "every event in the stream exactly once"
+    );
+    let row = outbox
+        .by_aggregate("ORDER", "o-15")
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(row.publish_status, EventStatus::Succeeded);
+
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&store);
+    db.cleanup().await;
+}
