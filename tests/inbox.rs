@@ -69,3 +69,101 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(postgres, mysql, sqlite);
+
+mod stale {
+    use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+    use event_sqlx::{Consumer, HandlerError, Processed};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::{NoteAdded, Order};
+
+    /// Three notes on one order, sequences 1, 2, 3, as envelope bodies.
+    fn notes() -> Vec<Vec<u8>> {
+        let mut order = Order {
+            id: "o-9".into(),
+            paid: false,
+            events: RecordedEvents::new(),
+        };
+        for n in 1..=3 {
+            order
+                .record(NoteAdded {
+                    text: format!("note {n}"),
+                })
+                .unwrap();
+        }
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut order).unwrap();
+        uow.commit()
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap())
+            .collect()
+    }
+
+    async fn older_events_are_refused_and_recorded<DB: Orders>(db: &TestDb<DB>) {
+        let bodies = notes();
+        let guarded = Consumer::new(db.pool().clone(), "order-view", "2.0.0").reject_stale();
+        let apply = async |_tx: &mut DB::Connection, _note: NoteAdded| Ok::<(), HandlerError>(());
+        // Delivered out of order: 3 first; 2 and 1 then arrive late.
+        let outcomes = [
+            guarded
+                .process::<NoteAdded>(&bodies[2], None, apply)
+                .await
+                .unwrap(),
+            guarded
+                .process::<NoteAdded>(&bodies[1], None, apply)
+                .await
+                .unwrap(),
+            guarded
+                .process::<NoteAdded>(&bodies[0], None, apply)
+                .await
+                .unwrap(),
+        ];
+        assert_eq!(
+            outcomes,
+            [Processed::Applied, Processed::Stale, Processed::Stale]
+        );
+        let recorded = guarded.quarantined(10).await.unwrap();
+        assert_eq!(recorded.len(), 2);
+        assert!(recorded.iter().all(|r| r.failure_class == "stale"));
+        assert!(
+            recorded[0]
+                .reason
+                .contains("arrived after sequence 3 was applied"),
+            "{}",
+            recorded[0].reason
+        );
+        // A redelivery of what was applied is still a plain duplicate.
+        assert_eq!(
+            guarded
+                .process::<NoteAdded>(&bodies[2], None, apply)
+                .await
+                .unwrap(),
+            Processed::Duplicate
+        );
+
+        // Without the guard every event applies.
+        let counting = Consumer::new(db.pool().clone(), "note-counter", "1.0.0");
+        for body in bodies.iter().rev() {
+            assert_eq!(
+                counting
+                    .process::<NoteAdded>(body, None, apply)
+                    .await
+                    .unwrap(),
+                Processed::Applied
+            );
+        }
+    }
+
+    macro_rules! on_every_backend {
+        ($($backend:ident),*) => {$(
+            #[tokio::test]
+            async fn $backend() {
+                if let Some(db) = TestDb::$backend().await {
+                    older_events_are_refused_and_recorded(&db).await;
+                    db.cleanup().await;
+                }
+            }
+        )*};
+    }
+
+    on_every_backend!(postgres, mysql, sqlite);
+}

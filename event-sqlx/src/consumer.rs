@@ -45,6 +45,9 @@ pub enum Processed {
     Ignored,
     /// Could not be processed; it is in the quarantine with the reason.
     Quarantined(String),
+    /// Older than an event already applied for its aggregate; recorded in the quarantine as
+    /// `stale` (only with [`Consumer::reject_stale`]).
+    Stale,
 }
 
 /// The consumer must stop: a handler reported a bug, or the database is gone. The message was
@@ -73,7 +76,7 @@ pub struct QuarantineRecord {
     pub event_type: Option<String>,
     /// The message as received.
     pub body: String,
-    /// `permanent` or `transient` (retries exhausted).
+    /// `permanent`, `transient` (retries exhausted) or `stale`.
     pub failure_class: String,
     /// The last failure.
     pub reason: String,
@@ -155,6 +158,13 @@ impl<DB: Backend> Consumer<DB> {
         self
     }
 
+    /// Refuses events older than one already applied for their aggregate, recording each in the
+    /// quarantine (see [`Inbox::reject_stale`]).
+    pub fn reject_stale(mut self) -> Self {
+        self.inbox = self.inbox.reject_stale();
+        self
+    }
+
     /// Who recovers this consumer's quarantined events.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
@@ -216,6 +226,15 @@ impl<DB: Backend> Consumer<DB> {
             let transient = match outcome {
                 Ok(Handled::Applied(())) => return Ok(Processed::Applied),
                 Ok(Handled::Duplicate) => return Ok(Processed::Duplicate),
+                Ok(Handled::Stale { last_applied }) => {
+                    let reason = format!(
+                        "sequence {} of {} {} arrived after sequence {last_applied} was applied",
+                        envelope.aggregate_sequence, envelope.aggregate_type, envelope.aggregate_id
+                    );
+                    self.quarantine_envelope(&envelope, body, "stale", reason, attempt)
+                        .await?;
+                    return Ok(Processed::Stale);
+                }
                 Err(InboxError::Handler(HandlerError::Bug(reason))) => {
                     return Err(ConsumerStopped {
                         consumer: self.name().to_owned(),

@@ -15,6 +15,12 @@ pub enum Handled<T> {
     Applied(T),
     /// The consumer had already consumed this event: the handler did not run. Acknowledge it.
     Duplicate,
+    /// A later event of the same aggregate was already applied (only with
+    /// [`Inbox::reject_stale`]): the handler did not run.
+    Stale {
+        /// The sequence already applied.
+        last_applied: u64,
+    },
 }
 
 /// Why a delivery was not handled. Nothing of it was committed.
@@ -60,6 +66,7 @@ pub struct Inbox<DB: Backend> {
     pool: Pool<DB>,
     consumer: String,
     table: TableName,
+    reject_stale: bool,
 }
 
 impl<DB: Backend> Inbox<DB> {
@@ -69,7 +76,16 @@ impl<DB: Backend> Inbox<DB> {
             pool,
             consumer: consumer.into(),
             table: TableName::new("consumed_event").unwrap_or_else(|_| unreachable!()),
+            reject_stale: false,
         }
+    }
+
+    /// Refuses an event older than one already applied for the same aggregate (seed 003: keep a
+    /// sequence per aggregate and reject regressive updates). For consumers that set state from
+    /// each event; a consumer that accumulates must see every event and leaves this off.
+    pub fn reject_stale(mut self) -> Self {
+        self.reject_stale = true;
+        self
     }
 
     /// Uses another table with the same columns.
@@ -104,18 +120,24 @@ impl<DB: Backend> Inbox<DB> {
             source,
         };
         let mut tx = self.pool.begin().await.map_err(db)?;
-        let first = DB::insert_consumed(
-            &mut tx,
-            &self.table,
-            &self.consumer,
-            envelope.event_id.as_str(),
-            now(),
-        )
-        .await
-        .map_err(db)?;
+        let first = DB::insert_consumed(&mut tx, &self.table, &self.consumer, envelope, now())
+            .await
+            .map_err(db)?;
         if !first {
             tx.rollback().await.map_err(db)?;
             return Ok(Handled::Duplicate);
+        }
+        if self.reject_stale {
+            let last = DB::last_applied_sequence(&mut tx, &self.table, &self.consumer, envelope)
+                .await
+                .map_err(db)?;
+            if let Some(last) = last
+                .and_then(|last| u64::try_from(last).ok())
+                .filter(|&last| last > envelope.aggregate_sequence)
+            {
+                tx.rollback().await.map_err(db)?;
+                return Ok(Handled::Stale { last_applied: last });
+            }
         }
         let value = handler(&mut tx).await.map_err(InboxError::Handler)?;
         tx.commit().await.map_err(db)?;
@@ -129,6 +151,7 @@ impl<DB: Backend> Clone for Inbox<DB> {
             pool: self.pool.clone(),
             consumer: self.consumer.clone(),
             table: self.table.clone(),
+            reject_stale: self.reject_stale,
         }
     }
 }

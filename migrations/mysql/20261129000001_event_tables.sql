@@ -76,9 +76,13 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     consumer VARCHAR(128) NOT NULL COMMENT 'consumer name',
     event_id VARCHAR(64) NOT NULL COMMENT 'eventId (event_no) consumed',
     consumed_time DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'consumed at',
+    aggregate_type VARCHAR(64) DEFAULT NULL COMMENT 'aggregate type of the event',
+    aggregate_id VARCHAR(64) DEFAULT NULL COMMENT 'aggregate id of the event',
+    aggregate_sequence BIGINT DEFAULT NULL COMMENT 'sequence of the event in its aggregate',
     deliveries INT NOT NULL DEFAULT 1 COMMENT 'deliveries seen; a duplicate on MySQL bumps it, which is how it is told from an insert',
     PRIMARY KEY (consumer, event_id),
-    KEY idx_consumed_time (consumed_time)
+    KEY idx_consumed_time (consumed_time),
+    KEY idx_consumer_aggregate (consumer, aggregate_type, aggregate_id, aggregate_sequence)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='consumer inbox';
 
 CREATE TABLE IF NOT EXISTS quarantined_event (

@@ -80,10 +80,14 @@ CREATE TABLE IF NOT EXISTS consumed_event (
     consumer TEXT NOT NULL,
     event_id TEXT NOT NULL,
     consumed_time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')),
+    aggregate_type TEXT,
+    aggregate_id TEXT,
+    aggregate_sequence INTEGER,
     deliveries INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS consumed_idx_consumed_time ON consumed_event (consumed_time);
+CREATE INDEX IF NOT EXISTS consumed_idx_consumer_aggregate ON consumed_event (consumer, aggregate_type, aggregate_id, aggregate_sequence);
 
 CREATE TABLE IF NOT EXISTS quarantined_event (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

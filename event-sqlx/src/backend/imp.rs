@@ -454,19 +454,21 @@ macro_rules! impl_backend {
                 conn: &'a mut <$db as sqlx::Database>::Connection,
                 table: &'a TableName,
                 consumer: &'a str,
-                event_id: &'a str,
+                envelope: &'a event_core::EventEnvelope,
                 now: DateTime<Utc>,
             ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a {
                 async move {
                     let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                        "INSERT INTO {table} (consumer, event_id, consumed_time) VALUES ("
+                        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, aggregate_sequence) VALUES ("
                     ));
-                    q.push_bind(consumer)
-                        .push(", ")
-                        .push_bind(event_id)
-                        .push(", ")
+                    let mut v = q.separated(", ");
+                    v.push_bind(consumer)
+                        .push_bind(envelope.event_id.as_str())
                         .push_bind(now)
-                        .push(")");
+                        .push_bind(envelope.aggregate_type.as_str())
+                        .push_bind(envelope.aggregate_id.as_str())
+                        .push_bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX));
+                    q.push(")");
                     // Seed 003's inbox write (never INSERT IGNORE, which also swallows other
                     // errors). sqlx connects to MySQL with CLIENT_FOUND_ROWS, under which an
                     // unchanged duplicate also reports one row: the duplicate bumps `deliveries`
@@ -477,6 +479,28 @@ macro_rules! impl_backend {
                         q.push(" ON CONFLICT (consumer, event_id) DO NOTHING");
                     }
                     Ok(q.build().execute(&mut *conn).await?.rows_affected() == 1)
+                }
+            }
+
+            fn last_applied_sequence<'a>(
+                conn: &'a mut <$db as sqlx::Database>::Connection,
+                table: &'a TableName,
+                consumer: &'a str,
+                envelope: &'a event_core::EventEnvelope,
+            ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'a {
+                async move {
+                    use sqlx::Row;
+                    let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                        "SELECT MAX(aggregate_sequence) FROM {table} WHERE consumer = "
+                    ));
+                    q.push_bind(consumer)
+                        .push(" AND aggregate_type = ")
+                        .push_bind(envelope.aggregate_type.as_str())
+                        .push(" AND aggregate_id = ")
+                        .push_bind(envelope.aggregate_id.as_str())
+                        .push(" AND event_id <> ")
+                        .push_bind(envelope.event_id.as_str());
+                    q.build().fetch_one(&mut *conn).await?.try_get::<Option<i64>, _>(0)
                 }
             }
 

@@ -189,9 +189,18 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         conn: &'a mut Self::Connection,
         table: &'a TableName,
         consumer: &'a str,
-        event_id: &'a str,
+        envelope: &'a event_core::EventEnvelope,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a;
+
+    /// The highest aggregate sequence `consumer` applied for an aggregate, other than `except`.
+    #[doc(hidden)]
+    fn last_applied_sequence<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a TableName,
+        consumer: &'a str,
+        envelope: &'a event_core::EventEnvelope,
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'a;
 
     #[doc(hidden)]
     fn quarantine_upsert<'a>(

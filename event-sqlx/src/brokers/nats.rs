@@ -216,7 +216,9 @@ impl JetStreamSubscription {
                     crate::Processed::Applied => report.applied += 1,
                     crate::Processed::Duplicate => report.duplicates += 1,
                     crate::Processed::Ignored => report.ignored += 1,
-                    crate::Processed::Quarantined(_) => report.quarantined += 1,
+                    crate::Processed::Quarantined(_) | crate::Processed::Stale => {
+                        report.quarantined += 1
+                    }
                 }
                 message.ack().await.map_err(|e| stopped(&e))?;
             }
