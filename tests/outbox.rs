@@ -679,3 +679,74 @@ on_every_backend!(
     expired_leases_are_recovered_and_published_by_another_relay,
     seed_queries_answer_as_documented,
 );
+
+mod republish {
+    use event_sqlx::{ChannelPublisher, EventStatus, RelayConfig, Republish};
+    use event_tests::db::{Orders, TestDb};
+
+    async fn published_events_can_be_sent_again_by_filter<DB: Orders>(db: &TestDb<DB>) {
+        for i in 0..3 {
+            super::place(db, &format!("o-{i}"), true).await;
+        }
+        let (publisher, mut received) = ChannelPublisher::channel(64);
+        let relay = db.outbox.relay(publisher.clone(), RelayConfig::new("r"));
+        while relay.run_once().await.unwrap().claimed > 0 {}
+        while received.try_recv().is_ok() {}
+
+        let one = Republish {
+            aggregate: Some(("ORDER", "o-1")),
+            ..Republish::default()
+        };
+        assert_eq!(db.outbox.republish(&one, &publisher).await.unwrap(), (2, 0));
+        let ids: Vec<String> = std::iter::from_fn(|| received.try_recv().ok())
+            .map(|m| m.envelope.event_id.to_string())
+            .collect();
+        assert_eq!(ids, vec!["ORDER_PLACED:ORDER:o-1:1", "ORDER_PAID:o-1"]);
+
+        let paid = Republish {
+            event_type: Some("ORDER_PAID"),
+            ..Republish::default()
+        };
+        assert_eq!(
+            db.outbox.republish(&paid, &publisher).await.unwrap(),
+            (3, 0)
+        );
+        while received.try_recv().is_ok() {}
+        let future = Republish {
+            from: Some(chrono::Utc::now() + chrono::TimeDelta::hours(1)),
+            ..Republish::default()
+        };
+        assert_eq!(
+            db.outbox.republish(&future, &publisher).await.unwrap(),
+            (0, 0)
+        );
+        let all = db
+            .outbox
+            .republish(&Republish::default(), &publisher)
+            .await
+            .unwrap();
+        assert_eq!(all, (6, 0));
+        // The rows stay as they were.
+        let row = db
+            .outbox
+            .by_event_no("ORDER_PAID:o-1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.publish_status, EventStatus::Succeeded);
+    }
+
+    macro_rules! on_every_backend {
+        ($($backend:ident),*) => {$(
+            #[tokio::test]
+            async fn $backend() {
+                if let Some(db) = TestDb::$backend().await {
+                    published_events_can_be_sent_again_by_filter(&db).await;
+                    db.cleanup().await;
+                }
+            }
+        )*};
+    }
+
+    on_every_backend!(postgres, mysql, sqlite);
+}

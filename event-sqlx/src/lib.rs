@@ -50,7 +50,7 @@ pub use consumer::{Consumer, ConsumerStopped, HandlerError, Processed, Quarantin
 pub use error::OutboxError;
 pub use inbox::{Handled, Inbox, InboxError};
 pub use message::{MessageEvent, MessageRecord, MessageStore};
-pub use outbox::Outbox;
+pub use outbox::{Outbox, Republish};
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
 pub use record::{FlushReport, OutboxRecord, RecordError, StatusCounts};
 pub use relay::{Backoff, BatchReport, Relay, RelayConfig, due_after};

@@ -306,6 +306,51 @@ impl<DB: Backend> Outbox<DB> {
         }
     }
 
+    /// Publishes already published events again through `publisher`: those of one aggregate, of
+    /// one event type, or created in a time range (the filters combine). The rows are left as
+    /// they are; consumers' inboxes absorb what they already applied. Returns how many were
+    /// published and how many failed.
+    pub async fn republish<P: crate::Publisher>(
+        &self,
+        filter: &Republish<'_>,
+        publisher: &P,
+    ) -> Result<(usize, usize), OutboxError> {
+        let (mut published, mut failed, mut after_id) = (0, 0, 0);
+        loop {
+            let page = self
+                .select(Select::Published {
+                    aggregate: filter.aggregate,
+                    event_type: filter.event_type,
+                    from: filter.from,
+                    to: filter.to,
+                    after_id,
+                    limit: 500,
+                })
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok((published, failed));
+            };
+            after_id = last.id;
+            let mut messages = Vec::with_capacity(page.len());
+            for record in &page {
+                messages.push(crate::OutboxMessage {
+                    envelope: record.envelope()?,
+                    channel: record.publish_channel.clone(),
+                    topic: record.topic.clone(),
+                    routing_key: record.routing_key.clone(),
+                    retry_count: u32::try_from(record.retry_count).unwrap_or(0),
+                });
+            }
+            for result in publisher.publish(&messages).await {
+                if result.is_ok() {
+                    published += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+        }
+    }
+
     async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, OutboxError> {
         DB::select(&self.pool, &self.config.table, &select)
             .await
@@ -479,4 +524,17 @@ fn json_len(value: &serde_json::Value) -> usize {
         Ok(()) => counter.0,
         Err(_) => usize::MAX,
     }
+}
+
+/// Which published events [`Outbox::republish`] sends again; unset filters match everything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Republish<'a> {
+    /// One aggregate: (type, id).
+    pub aggregate: Option<(&'a str, &'a str)>,
+    /// One event type.
+    pub event_type: Option<&'a str>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub to: Option<DateTime<Utc>>,
 }

@@ -387,6 +387,25 @@ macro_rules! impl_backend {
                                 .push(" ORDER BY update_time DESC LIMIT ")
                                 .push_bind(*limit);
                         }
+                        Select::Published { aggregate, event_type, from, to, after_id, limit } => {
+                            q.push("deleted = 0 AND publish_status = 2 AND id > ").push_bind(*after_id);
+                            if let Some((aggregate_type, aggregate_id)) = aggregate {
+                                q.push(" AND aggregate_type = ")
+                                    .push_bind(*aggregate_type)
+                                    .push(" AND aggregate_id = ")
+                                    .push_bind(*aggregate_id);
+                            }
+                            if let Some(event_type) = event_type {
+                                q.push(" AND event_type = ").push_bind(*event_type);
+                            }
+                            if let Some(from) = from {
+                                q.push(" AND create_time >= ").push_bind(*from);
+                            }
+                            if let Some(to) = to {
+                                q.push(" AND create_time < ").push_bind(*to);
+                            }
+                            q.push(" ORDER BY id ASC LIMIT ").push_bind(*limit);
+                        }
                         Select::Head { aggregate_type, aggregate_id } => {
                             q.push("deleted = 0 AND publish_status IN (0, 3) AND aggregate_type = ")
                                 .push_bind(*aggregate_type)

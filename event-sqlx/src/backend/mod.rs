@@ -86,6 +86,15 @@ pub enum Select<'a> {
         aggregate_type: &'a str,
         aggregate_id: &'a str,
     },
+    /// Published events matching a replay filter, by id after `after_id`.
+    Published {
+        aggregate: Option<(&'a str, &'a str)>,
+        event_type: Option<&'a str>,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+        after_id: i64,
+        limit: i64,
+    },
 }
 
 /// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite.
