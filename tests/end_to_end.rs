@@ -280,3 +280,123 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
     publisher.jetstream().delete_stream(&stream).await.unwrap();
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
+    use event_sqlx::{RabbitMqPublisher, RabbitMqSubscription, Republish};
+    use lapin::options::{BasicGetOptions, QueueDeleteOptions};
+    use lapin::types::ShortString;
+
+    let url = event_tests::db::amqp_url();
+    let Some(publisher) = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
+    else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let pool = db.pool().clone();
+    sqlx::query("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let exchange = unique("shop").replace('_', "-");
+    publisher.declare_exchange(&exchange).await.unwrap();
+    let queue = format!("{exchange}-invoices");
+    let subscription = RabbitMqSubscription::bind(&publisher, &exchange, &queue, "order.*")
+        .await
+        .unwrap();
+    let route = |key: &str| Route {
+        channel: "MQ".into(),
+        topic: Some(exchange.clone()),
+        routing_key: Some(key.into()),
+    };
+    let outbox = Outbox::new(
+        pool.clone(),
+        OutboxConfig::new()
+            .route("ORDER_PLACED", route("order.placed"))
+            .route("ORDER_PAID", route("order.paid")),
+    );
+    for i in 0..ORDERS {
+        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
+        order.pay(100 + i).unwrap();
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut order).unwrap();
+        outbox
+            .commit(pool.begin().await.unwrap(), uow)
+            .await
+            .unwrap();
+    }
+    let relay = outbox.relay(publisher, RelayConfig::new("relay"));
+    while relay.run_once().await.unwrap().claimed > 0 {}
+
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2");
+    // A consumer takes three messages, commits their effects, and dies before acknowledging:
+    // closing its channel returns them to the queue.
+    {
+        let doomed = RabbitMqPublisher::connect(&url).await.unwrap();
+        let mut committed = 0;
+        while committed < 3 {
+            let got = doomed
+                .channel()
+                .basic_get(
+                    ShortString::from(queue.as_str()),
+                    BasicGetOptions { no_ack: false },
+                )
+                .await
+                .unwrap()
+                .expect("a message");
+            if consumer
+                .process::<OrderPaid>(&got.delivery.data, None, invoice)
+                .await
+                .unwrap()
+                == Processed::Applied
+            {
+                committed += 1;
+            }
+        }
+        drop(doomed);
+    }
+    assert_eq!(invoices(&pool).await, 3);
+
+    let idle = Duration::from_millis(1500);
+    let report = subscription
+        .drain::<_, OrderPaid>(&consumer, idle, invoice)
+        .await
+        .unwrap();
+    assert_eq!((report.applied, report.duplicates), (7, 3), "{report:?}");
+    assert_eq!(invoices(&pool).await, ORDERS);
+
+    // Everything published again (relay replay): all duplicates.
+    let again = RabbitMqPublisher::connect(&url).await.unwrap();
+    let paid = Republish {
+        event_type: Some("ORDER_PAID"),
+        ..Republish::default()
+    };
+    assert_eq!(
+        outbox.republish(&paid, &again).await.unwrap(),
+        (ORDERS as usize, 0)
+    );
+    let report = subscription
+        .drain::<_, OrderPaid>(&consumer, idle, invoice)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.applied, report.duplicates),
+        (0, ORDERS as usize),
+        "{report:?}"
+    );
+    assert_eq!(
+        invoices(&pool).await,
+        ORDERS,
+        "still exactly one invoice per order"
+    );
+
+    again
+        .channel()
+        .queue_delete(
+            ShortString::from(queue.as_str()),
+            QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    db.cleanup().await;
+}

@@ -40,11 +40,11 @@ mod worker;
 
 pub use backend::message::MessageBackend;
 pub use backend::{Backend, Dialect};
-pub use brokers::BrokerError;
-#[cfg(feature = "rabbitmq")]
-pub use brokers::RabbitMqPublisher;
+pub use brokers::{BrokerError, ConsumeReport};
 #[cfg(feature = "nats")]
-pub use brokers::{ConsumeReport, JetStreamSubscription, NatsPublisher};
+pub use brokers::{JetStreamSubscription, NatsPublisher};
+#[cfg(feature = "rabbitmq")]
+pub use brokers::{RabbitMqPublisher, RabbitMqSubscription};
 pub use config::{OutboxConfig, Route};
 pub use consumer::{Consumer, ConsumerStopped, HandlerError, Processed, QuarantineRecord};
 pub use error::OutboxError;

@@ -8,9 +8,22 @@ mod nats;
 mod rabbitmq;
 
 #[cfg(feature = "nats")]
-pub use nats::{ConsumeReport, JetStreamSubscription, NatsPublisher};
+pub use nats::{JetStreamSubscription, NatsPublisher};
+
+/// What a subscription processed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumeReport {
+    /// Applied and committed.
+    pub applied: usize,
+    /// Already consumed.
+    pub duplicates: usize,
+    /// Not for this consumer.
+    pub ignored: usize,
+    /// Quarantined (including stale events refused by the per-aggregate guard).
+    pub quarantined: usize,
+}
 #[cfg(feature = "rabbitmq")]
-pub use rabbitmq::RabbitMqPublisher;
+pub use rabbitmq::{RabbitMqPublisher, RabbitMqSubscription};
 
 use crate::publisher::OutboxMessage;
 

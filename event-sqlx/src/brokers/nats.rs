@@ -126,19 +126,6 @@ pub struct JetStreamSubscription {
     consumer: jetstream::consumer::PullConsumer,
 }
 
-/// What a subscription processed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ConsumeReport {
-    /// Applied and committed.
-    pub applied: usize,
-    /// Already consumed.
-    pub duplicates: usize,
-    /// Not for this consumer.
-    pub ignored: usize,
-    /// Quarantined.
-    pub quarantined: usize,
-}
-
 impl JetStreamSubscription {
     /// The durable consumer `durable` on `stream`, receiving `filter_subject` (e.g.
     /// `order.event.>`), created if missing. `ack_wait` is how long JetStream waits for an ack
@@ -184,13 +171,13 @@ impl JetStreamSubscription {
         consumer: &crate::Consumer<DB>,
         idle: Duration,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
-    ) -> Result<ConsumeReport, crate::ConsumerStopped> {
+    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
         use futures_util::StreamExt;
         let stopped = |e: &dyn std::fmt::Display| crate::ConsumerStopped {
             consumer: consumer.name().to_owned(),
             reason: format!("JetStream: {e}"),
         };
-        let mut report = ConsumeReport::default();
+        let mut report = crate::ConsumeReport::default();
         loop {
             let mut batch = self
                 .consumer

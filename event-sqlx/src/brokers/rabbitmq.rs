@@ -129,3 +129,144 @@ impl Publisher for RabbitMqPublisher {
         results
     }
 }
+
+/// A durable RabbitMQ queue feeding a [`Consumer`](crate::Consumer), with manual acks: each
+/// message is acknowledged only after it was processed (applied and committed, a duplicate,
+/// ignored, or quarantined). A message whose processing stopped the consumer is requeued.
+#[derive(Debug)]
+pub struct RabbitMqSubscription {
+    channel: Channel,
+    queue: String,
+}
+
+impl RabbitMqSubscription {
+    /// Declares the durable queue `queue`, binds it to `exchange` with `binding_key` (e.g.
+    /// `order.*`), and takes up to 100 unacknowledged messages at a time.
+    pub async fn bind(
+        publisher: &RabbitMqPublisher,
+        exchange: &str,
+        queue: &str,
+        binding_key: &str,
+    ) -> Result<RabbitMqSubscription, BrokerError> {
+        use lapin::options::{BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
+        let fail = |what: &str, e: lapin::Error| {
+            BrokerError::new(
+                "RabbitMQ",
+                &publisher.address,
+                format!("{what} {queue}: {e}"),
+            )
+        };
+        let channel = publisher
+            ._connection
+            .create_channel()
+            .await
+            .map_err(|e| fail("cannot open a channel for", e))?;
+        channel
+            .queue_declare(
+                ShortString::from(queue),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| fail("cannot declare", e))?;
+        channel
+            .queue_bind(
+                ShortString::from(queue),
+                ShortString::from(exchange),
+                ShortString::from(binding_key),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| fail("cannot bind", e))?;
+        channel
+            .basic_qos(100, BasicQosOptions::default())
+            .await
+            .map_err(|e| fail("cannot set the prefetch of", e))?;
+        Ok(RabbitMqSubscription {
+            channel,
+            queue: queue.to_owned(),
+        })
+    }
+
+    /// Processes messages until none arrives for `idle`, and reports what it did.
+    pub async fn drain<DB: crate::Backend, E: event_core::DomainEvent>(
+        &self,
+        consumer: &crate::Consumer<DB>,
+        idle: std::time::Duration,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
+    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+        use futures_util::StreamExt;
+        use lapin::options::{
+            BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+        };
+        let stopped = |e: &dyn std::fmt::Display| crate::ConsumerStopped {
+            consumer: consumer.name().to_owned(),
+            reason: format!("RabbitMQ: {e}"),
+        };
+        let tag = format!("{}-{}", consumer.name(), std::process::id());
+        let mut deliveries = self
+            .channel
+            .basic_consume(
+                ShortString::from(self.queue.as_str()),
+                ShortString::from(tag.as_str()),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| stopped(&e))?;
+        let mut report = crate::ConsumeReport::default();
+        let result = loop {
+            let delivery = match tokio::time::timeout(idle, deliveries.next()).await {
+                Err(_) | Ok(None) => break Ok(report),
+                Ok(Some(delivery)) => match delivery {
+                    Ok(delivery) => delivery,
+                    Err(e) => break Err(stopped(&e)),
+                },
+            };
+            let id = delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|m| m.to_string());
+            match consumer
+                .process::<E>(&delivery.data, id.as_deref(), &handler)
+                .await
+            {
+                Ok(outcome) => {
+                    match outcome {
+                        crate::Processed::Applied => report.applied += 1,
+                        crate::Processed::Duplicate => report.duplicates += 1,
+                        crate::Processed::Ignored => report.ignored += 1,
+                        crate::Processed::Quarantined(_) | crate::Processed::Stale => {
+                            report.quarantined += 1
+                        }
+                    }
+                    if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+                        break Err(stopped(&e));
+                    }
+                }
+                Err(stop) => {
+                    let _ = delivery
+                        .nack(BasicNackOptions {
+                            requeue: true,
+                            ..BasicNackOptions::default()
+                        })
+                        .await;
+                    break Err(stop);
+                }
+            }
+        };
+        let _ = self
+            .channel
+            .basic_cancel(
+                ShortString::from(tag.as_str()),
+                BasicCancelOptions::default(),
+            )
+            .await;
+        result
+    }
+}
