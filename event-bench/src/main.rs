@@ -9,6 +9,7 @@
 //!
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
+mod delivery;
 mod sql;
 
 use std::path::PathBuf;
@@ -48,6 +49,9 @@ struct Args {
     /// Instead of the outbox: check this many event types with 3 versions each.
     #[arg(long)]
     schema_types: Option<usize>,
+    /// Instead of the outbox: send this many events end to end through each broker.
+    #[arg(long)]
+    delivery: Option<usize>,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -95,6 +99,9 @@ fn main() -> anyhow::Result<()> {
 async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(types) = args.schema_types {
         return schema_bench(types);
+    }
+    if let Some(events) = args.delivery {
+        return delivery::run(events).await;
     }
     let mut results = Vec::new();
     let all = args.backend == "all";
