@@ -287,12 +287,29 @@ impl<DB: Backend> Consumer<DB> {
         limit: u32,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
     ) -> Result<usize, ConsumerStopped> {
+        self.replay_matching(limit, |_| true, handler).await
+    }
+
+    /// [`Consumer::replay`] for the quarantined events `filter` selects: one by its `event_id`,
+    /// those of one event type, one failure class, a time range.
+    pub async fn replay_matching<E: DomainEvent>(
+        &self,
+        limit: u32,
+        filter: impl Fn(&QuarantineRecord) -> bool,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+    ) -> Result<usize, ConsumerStopped> {
         let stopped = |e: sqlx::Error| ConsumerStopped {
             consumer: self.name().to_owned(),
             reason: format!("quarantine database error: {e}"),
         };
         let mut replayed = 0;
-        for record in self.quarantined(limit).await.map_err(stopped)? {
+        for record in self
+            .quarantined(limit)
+            .await
+            .map_err(stopped)?
+            .into_iter()
+            .filter(|r| filter(r))
+        {
             let outcome = self
                 .process::<E>(record.body.as_bytes(), Some(&record.event_id), &handler)
                 .await?;

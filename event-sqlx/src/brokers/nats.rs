@@ -165,6 +165,32 @@ impl JetStreamSubscription {
         Ok(JetStreamSubscription { consumer })
     }
 
+    /// Processes messages until `shutdown` completes (the message in hand is finished first),
+    /// and reports what it did. A consumer that must stop (a bug) returns the error.
+    pub async fn run<DB: crate::Backend, E: event_core::DomainEvent>(
+        &self,
+        consumer: &crate::Consumer<DB>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+        let mut total = crate::ConsumeReport::default();
+        tokio::pin!(shutdown);
+        loop {
+            let report = self
+                .drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
+                .await?;
+            total.applied += report.applied;
+            total.duplicates += report.duplicates;
+            total.ignored += report.ignored;
+            total.quarantined += report.quarantined;
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(total),
+                () = std::future::ready(()) => {}
+            }
+        }
+    }
+
     /// Processes messages until a fetch waits `idle` without any, and reports what it did.
     pub async fn drain<DB: crate::Backend, E: event_core::DomainEvent>(
         &self,
