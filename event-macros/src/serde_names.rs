@@ -21,15 +21,8 @@ pub(crate) fn rename_all(attrs: &[Attribute]) -> Option<String> {
                         Ok(())
                     })?;
                 }
-            } else if meta.input.peek(syn::Token![=]) {
-                meta.value()?.parse::<proc_macro2::TokenStream>()?;
-            } else if meta.input.peek(syn::token::Paren) {
-                meta.parse_nested_meta(|inner| {
-                    if inner.input.peek(syn::Token![=]) {
-                        inner.value()?.parse::<proc_macro2::TokenTree>()?;
-                    }
-                    Ok(())
-                })?;
+            } else {
+                skip(&meta)?;
             }
             Ok(())
         });
@@ -61,21 +54,29 @@ pub(crate) fn field(
                         Ok(())
                     })?;
                 }
-            } else if meta.input.peek(syn::Token![=]) {
-                meta.value()?.parse::<proc_macro2::TokenStream>()?;
-            } else if meta.input.peek(syn::token::Paren) {
-                meta.parse_nested_meta(|inner| {
-                    if inner.input.peek(syn::Token![=]) {
-                        inner.value()?.parse::<proc_macro2::TokenTree>()?;
-                    }
-                    Ok(())
-                })?;
+            } else {
+                skip(&meta)?;
             }
             Ok(())
         });
     }
     let name = name.unwrap_or_else(|| apply(rename_all, ident));
     (name, aliases)
+}
+
+/// Passes over a serde key this reader does not need (`key = value` or `key(...)`).
+fn skip(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        meta.value()?.parse::<proc_macro2::TokenStream>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.parse_nested_meta(|inner| {
+            if inner.input.peek(syn::Token![=]) {
+                inner.value()?.parse::<proc_macro2::TokenTree>()?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 /// serde's `rename_all` rules, applied to a snake_case field name.

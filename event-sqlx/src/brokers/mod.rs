@@ -22,6 +22,26 @@ pub struct ConsumeReport {
     /// Quarantined (including stale events refused by the per-aggregate guard).
     pub quarantined: usize,
 }
+
+impl ConsumeReport {
+    #[allow(dead_code)] // used by whichever broker features are on
+    pub(crate) fn count(&mut self, outcome: &crate::Processed) {
+        match outcome {
+            crate::Processed::Applied => self.applied += 1,
+            crate::Processed::Duplicate => self.duplicates += 1,
+            crate::Processed::Ignored => self.ignored += 1,
+            crate::Processed::Quarantined(_) | crate::Processed::Stale => self.quarantined += 1,
+        }
+    }
+
+    #[allow(dead_code)] // used by whichever broker features are on
+    pub(crate) fn merge(&mut self, other: ConsumeReport) {
+        self.applied += other.applied;
+        self.duplicates += other.duplicates;
+        self.ignored += other.ignored;
+        self.quarantined += other.quarantined;
+    }
+}
 #[cfg(feature = "rabbitmq")]
 pub use rabbitmq::{RabbitMqPublisher, RabbitMqSubscription};
 

@@ -179,10 +179,7 @@ impl JetStreamSubscription {
             let report = self
                 .drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
                 .await?;
-            total.applied += report.applied;
-            total.duplicates += report.duplicates;
-            total.ignored += report.ignored;
-            total.quarantined += report.quarantined;
+            total.merge(report);
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(total),
@@ -222,17 +219,10 @@ impl JetStreamSubscription {
                     .as_ref()
                     .and_then(|h| h.get("Nats-Msg-Id"))
                     .map(|v| v.as_str().to_owned());
-                match consumer
+                let outcome = consumer
                     .process::<E>(&message.payload, id.as_deref(), &handler)
-                    .await?
-                {
-                    crate::Processed::Applied => report.applied += 1,
-                    crate::Processed::Duplicate => report.duplicates += 1,
-                    crate::Processed::Ignored => report.ignored += 1,
-                    crate::Processed::Quarantined(_) | crate::Processed::Stale => {
-                        report.quarantined += 1
-                    }
-                }
+                    .await?;
+                report.count(&outcome);
                 message.ack().await.map_err(|e| stopped(&e))?;
             }
             if seen == 0 {

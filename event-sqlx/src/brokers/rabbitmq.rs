@@ -206,10 +206,7 @@ impl RabbitMqSubscription {
             let report = self
                 .drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
                 .await?;
-            total.applied += report.applied;
-            total.duplicates += report.duplicates;
-            total.ignored += report.ignored;
-            total.quarantined += report.quarantined;
+            total.merge(report);
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(total),
@@ -263,14 +260,7 @@ impl RabbitMqSubscription {
                 .await
             {
                 Ok(outcome) => {
-                    match outcome {
-                        crate::Processed::Applied => report.applied += 1,
-                        crate::Processed::Duplicate => report.duplicates += 1,
-                        crate::Processed::Ignored => report.ignored += 1,
-                        crate::Processed::Quarantined(_) | crate::Processed::Stale => {
-                            report.quarantined += 1
-                        }
-                    }
+                    report.count(&outcome);
                     if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
                         break Err(stopped(&e));
                     }
