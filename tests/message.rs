@@ -112,7 +112,7 @@ async fn messages_follow_the_seed_cycle<DB: Orders + MessageBackend>(db: &TestDb
     assert!(store.claim(&third).await.unwrap());
     assert!(
         store
-            .fail(third.id, "timeout", Duration::from_millis(150))
+            .fail(third.id, "timeout", Duration::from_millis(1000))
             .await
             .unwrap()
     );
@@ -120,7 +120,7 @@ async fn messages_follow_the_seed_cycle<DB: Orders + MessageBackend>(db: &TestDb
         store.due_retries(10).await.unwrap().is_empty(),
         "not due yet"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(store.due_retries(10).await.unwrap().len(), 1);
     let store = store.max_retry_count(1);
     assert!(store.create(&message("EVT4", "ORDER3")).await.unwrap());

@@ -364,7 +364,8 @@ async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &Test
         fail: HashSet::from([event_no.to_owned()]),
         attempts: AtomicUsize::new(0),
     };
-    let schedule = [300, 600, 900].map(Duration::from_millis);
+    // Wide enough that "not due yet" holds on a loaded machine.
+    let schedule = [800, 1000, 1200].map(Duration::from_millis);
     let relay = outbox.relay(
         publisher,
         RelayConfig::new("r1").backoff(Backoff::schedule(schedule).jitter(0.0)),
@@ -535,12 +536,12 @@ where
     let stuck = db.outbox.relay(
         Slow {
             inner: inner.clone(),
-            delay: Duration::from_millis(1500),
+            delay: Duration::from_millis(4000),
         },
         RelayConfig::new("stuck").lease(Duration::from_millis(200)),
     );
     let stuck = tokio::spawn(async move { stuck.run_once().await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(db.outbox.lease_expired(10).await.unwrap().len(), 5);
 
     let rescuer = db.outbox.relay(
