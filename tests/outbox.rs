@@ -751,3 +751,56 @@ mod republish {
 
     on_every_backend!(postgres, mysql, sqlite);
 }
+
+/// A commit in one process wakes the relay of another at once, through PostgreSQL LISTEN/NOTIFY,
+/// long before its poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_notify_wakes_a_relay_in_another_process() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let config = OutboxConfig::new().notify_postgres(event_tests::db::unique("outbox"));
+    let writer = event_sqlx::Outbox::new(db.pool().clone(), config.clone());
+    // Another process: its own pool, its own relay, polling only every minute.
+    let reader_pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let reader = event_sqlx::Outbox::new(reader_pool.clone(), config);
+    let listener = reader.listen_for_commits().await.unwrap();
+    let (publisher, mut received) = ChannelPublisher::channel(8);
+    let relay = reader.relay(
+        publisher,
+        RelayConfig::new("listener").poll_interval(Duration::from_secs(60)),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut order = Order::place("o-notify", 1).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    writer
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), received.recv())
+        .await
+        .expect("woken by NOTIFY, not by the 60 s poll")
+        .unwrap();
+    assert_eq!(message.envelope.aggregate_id, "o-notify");
+
+    let _ = stop.send(());
+    running.await.unwrap();
+    listener.abort();
+    reader_pool.close().await;
+    let err = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new())
+        .listen_for_commits()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("notify_postgres"), "{err}");
+    db.cleanup().await;
+}

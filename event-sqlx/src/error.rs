@@ -55,6 +55,9 @@ pub enum OutboxError {
         #[source]
         source: sqlx::Error,
     },
+    /// A feature was used without the setting it needs.
+    #[error("{0}")]
+    Misconfigured(&'static str),
     /// Running the migrations failed.
     #[error("applying the event tables' migrations failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),

@@ -108,6 +108,13 @@ impl<DB: Backend> Outbox<DB> {
         let inserted = DB::insert_outbox(conn, &self.config.table, &rows)
             .await
             .map_err(|e| self.write_error(e, &rows))?;
+        if !inserted.is_empty()
+            && let Some(channel) = &self.config.notify_channel
+        {
+            DB::notify_commit(conn, channel)
+                .await
+                .map_err(|e| self.db_error(e))?;
+        }
         let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
         for row in &rows {
             let no = EventNo::from_rendered(&row.event_no);
@@ -537,4 +544,37 @@ pub struct Republish<'a> {
     pub from: Option<DateTime<Utc>>,
     /// Created before.
     pub to: Option<DateTime<Utc>>,
+}
+
+#[cfg(feature = "postgres")]
+impl Outbox<sqlx::Postgres> {
+    /// Wakes this process's relays whenever a flush configured with
+    /// [`OutboxConfig::notify_postgres`] commits, in any process: LISTENs on the channel in a
+    /// background task, reconnecting as sqlx's listener does. Returns that task.
+    pub async fn listen_for_commits(&self) -> Result<tokio::task::JoinHandle<()>, OutboxError> {
+        let Some(channel) = self.config.notify_channel.clone() else {
+            return Err(OutboxError::Misconfigured(
+                "listen_for_commits needs a channel: set one with OutboxConfig::notify_postgres(\"channel\")",
+            ));
+        };
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        listener
+            .listen(&channel)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        let wakeup = std::sync::Arc::clone(&self.wakeup);
+        Ok(tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => wakeup.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN for outbox commits failed; relays fall back to polling");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }))
+    }
 }

@@ -501,6 +501,20 @@ macro_rules! impl_backend {
                 }
             }
 
+            fn notify_commit<'a>(
+                conn: &'a mut <$db as sqlx::Database>::Connection,
+                channel: &'a str,
+            ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a {
+                async move {
+                    if Self::DIALECT == Dialect::Postgres {
+                        let mut q = sqlx::QueryBuilder::<$db>::new("SELECT pg_notify(");
+                        q.push_bind(channel).push(", '')");
+                        q.build().execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                }
+            }
+
             fn last_applied_sequence<'a>(
                 conn: &'a mut <$db as sqlx::Database>::Connection,
                 table: &'a TableName,

@@ -202,6 +202,14 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'a;
 
+    /// PostgreSQL: `pg_notify(channel)` in the transaction on `conn`, delivered on commit.
+    /// Elsewhere nothing.
+    #[doc(hidden)]
+    fn notify_commit<'a>(
+        conn: &'a mut Self::Connection,
+        channel: &'a str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a;
+
     /// The highest aggregate sequence `consumer` applied for an aggregate, other than `except`.
     #[doc(hidden)]
     fn last_applied_sequence<'a>(
