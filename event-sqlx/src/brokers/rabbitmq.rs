@@ -200,19 +200,14 @@ impl RabbitMqSubscription {
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
-        let mut total = crate::ConsumeReport::default();
-        tokio::pin!(shutdown);
-        loop {
-            let report = self
-                .drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
-                .await?;
-            total.merge(report);
-            tokio::select! {
-                biased;
-                () = &mut shutdown => return Ok(total),
-                () = std::future::ready(()) => {}
-            }
-        }
+        super::run_until(
+            async || {
+                self.drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
+                    .await
+            },
+            shutdown,
+        )
+        .await
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
