@@ -90,34 +90,32 @@ fn with_database(url: &str, name: &str) -> String {
 impl TestDb<Postgres> {
     /// A fresh PostgreSQL database, or `None` when the server is unreachable and not required.
     pub async fn postgres() -> Option<TestDb<Postgres>> {
-        let admin_url = postgres_url();
-        let admin = match sqlx::PgPool::connect(&admin_url).await {
-            Ok(pool) => pool,
-            Err(e) => return unreachable("PostgreSQL", &admin_url, e).and(None),
-        };
-        let name = unique_name();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .expect("create the test database");
-        admin.close().await;
-        let url = with_database(&admin_url, &name);
-        let cleanup = Cleanup::Server {
-            admin_url,
-            name,
-            postgres: true,
-        };
-        Some(TestDb::open(url, cleanup, "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, version BIGINT NOT NULL)").await)
+        TestDb::on_server("PostgreSQL", postgres_url(), true, "").await
     }
 }
 
 impl TestDb<MySql> {
     /// A fresh MySQL/MariaDB database, or `None` when the server is unreachable and not required.
     pub async fn mysql() -> Option<TestDb<MySql>> {
-        let admin_url = mysql_url();
-        let admin = match sqlx::MySqlPool::connect(&admin_url).await {
+        TestDb::on_server("MySQL/MariaDB", mysql_url(), false, " ENGINE=InnoDB").await
+    }
+}
+
+impl<DB: Backend> TestDb<DB>
+where
+    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    /// A new database on the server at `admin_url`, with the `orders` table (`table_options`
+    /// appended to its DDL).
+    async fn on_server(
+        service: &str,
+        admin_url: String,
+        postgres: bool,
+        table_options: &str,
+    ) -> Option<TestDb<DB>> {
+        let admin: Pool<DB> = match Pool::connect(&admin_url).await {
             Ok(pool) => pool,
-            Err(e) => return unreachable("MySQL/MariaDB", &admin_url, e).and(None),
+            Err(e) => return unreachable(service, &admin_url, e).and(None),
         };
         let name = unique_name();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
@@ -129,9 +127,12 @@ impl TestDb<MySql> {
         let cleanup = Cleanup::Server {
             admin_url,
             name,
-            postgres: false,
+            postgres,
         };
-        Some(TestDb::open(url, cleanup, "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, version BIGINT NOT NULL) ENGINE=InnoDB").await)
+        let orders = format!(
+            "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, version BIGINT NOT NULL){table_options}"
+        );
+        Some(TestDb::open(url, cleanup, orders).await)
     }
 }
 
@@ -140,12 +141,12 @@ impl TestDb<Sqlite> {
     pub async fn sqlite() -> Option<TestDb<Sqlite>> {
         let path = std::env::temp_dir().join(format!("{}.db", unique_name()));
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        Some(TestDb::open(url, Cleanup::File(path), "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, version INTEGER NOT NULL)").await)
+        Some(TestDb::open(url, Cleanup::File(path), "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, version INTEGER NOT NULL)".to_owned()).await)
     }
 }
 
 impl<DB: Backend> TestDb<DB> {
-    async fn open(url: String, cleanup: Cleanup, orders_ddl: &'static str) -> TestDb<DB>
+    async fn open(url: String, cleanup: Cleanup, orders_ddl: String) -> TestDb<DB>
     where
         for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
     {
@@ -154,7 +155,7 @@ impl<DB: Backend> TestDb<DB> {
             .connect(&url)
             .await
             .expect("connect to the fresh test database");
-        sqlx::raw_sql(orders_ddl)
+        sqlx::raw_sql(sqlx::AssertSqlSafe(orders_ddl))
             .execute(&pool)
             .await
             .expect("create the orders table");

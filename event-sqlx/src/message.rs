@@ -234,9 +234,16 @@ impl<DB: MessageBackend> MessageStore<DB> {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<StatusCounts, OutboxError> {
-        let rows = DB::message_status_counts(&self.pool, &self.table, event_type, from, to)
-            .await
-            .map_err(|e| self.db_error(e))?;
+        let rows = DB::status_counts(
+            &self.pool,
+            &self.table,
+            "event_status",
+            event_type,
+            from,
+            to,
+        )
+        .await
+        .map_err(|e| self.db_error(e))?;
         let mut counts = StatusCounts::default();
         for (status, count) in rows {
             counts.add(status, count);

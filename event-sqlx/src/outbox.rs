@@ -221,9 +221,16 @@ impl<DB: Backend> Outbox<DB> {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<StatusCounts, OutboxError> {
-        let rows = DB::status_counts(&self.pool, &self.config.table, event_type, from, to)
-            .await
-            .map_err(|e| self.db_error(e))?;
+        let rows = DB::status_counts(
+            &self.pool,
+            &self.config.table,
+            "publish_status",
+            event_type,
+            from,
+            to,
+        )
+        .await
+        .map_err(|e| self.db_error(e))?;
         let mut counts = StatusCounts::default();
         for (status, count) in rows {
             counts.add(status, count);

@@ -422,6 +422,7 @@ macro_rules! impl_backend {
             fn status_counts<'a>(
                 pool: &'a Pool<$db>,
                 table: &'a TableName,
+                status_column: &'static str,
                 event_type: Option<&'a str>,
                 from: DateTime<Utc>,
                 to: DateTime<Utc>,
@@ -429,7 +430,7 @@ macro_rules! impl_backend {
                 async move {
                     use sqlx::Row;
                     let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                        "SELECT publish_status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
+                        "SELECT {status_column}, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
                     ));
                     if let Some(event_type) = event_type {
                         q.push(" AND event_type = ").push_bind(event_type);
@@ -438,7 +439,7 @@ macro_rules! impl_backend {
                         .push_bind(from)
                         .push(" AND create_time < ")
                         .push_bind(to)
-                        .push(" GROUP BY publish_status ORDER BY publish_status ASC");
+                        .push(format!(" GROUP BY {status_column} ORDER BY {status_column} ASC"));
                     let mut counts = Vec::new();
                     for row in q.build().fetch_all(pool).await? {
                         let status: $status = row.try_get(0)?;

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
 use super::Backend;
+use crate::TableName;
 use crate::message::{MessageRecord, NewMessage};
-use crate::{EventStatus, TableName};
 
 /// The read queries of the seed's message event model.
 #[doc(hidden)]
@@ -36,15 +36,6 @@ pub trait MessageBackend: Backend {
         table: &'a TableName,
         select: &'a MessageSelect<'a>,
     ) -> impl Future<Output = Result<Vec<MessageRecord>, sqlx::Error>> + Send + 'a;
-
-    #[doc(hidden)]
-    fn message_status_counts<'a>(
-        pool: &'a Pool<Self>,
-        table: &'a TableName,
-        event_type: Option<&'a str>,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Vec<(EventStatus, i64)>, sqlx::Error>> + Send + 'a;
 
     /// `write` is one of the seed's guarded single-row writes.
     #[doc(hidden)]
@@ -88,13 +79,12 @@ macro_rules! impl_message_backend {
         mod $module {
             use std::future::Future;
 
-            use chrono::{DateTime, Utc};
             use sqlx::{Pool, QueryBuilder, Row};
 
             use super::{MessageBackend, MessageSelect, MessageWrite};
             use crate::backend::{Dialect, imp::status_of};
             use crate::message::{MessageRecord, NewMessage, MESSAGE_COLUMNS};
-            use crate::{Backend, EventStatus, TableName};
+            use crate::{Backend, TableName};
 
             impl MessageBackend for $db {
                 fn insert_message<'a>(
@@ -175,34 +165,6 @@ macro_rules! impl_message_backend {
                         }
                         let rows = q.build().fetch_all(pool).await?;
                         rows.iter().map(decode_message).collect()
-                    }
-                }
-
-                fn message_status_counts<'a>(
-                    pool: &'a Pool<$db>,
-                    table: &'a TableName,
-                    event_type: Option<&'a str>,
-                    from: DateTime<Utc>,
-                    to: DateTime<Utc>,
-                ) -> impl Future<Output = Result<Vec<(EventStatus, i64)>, sqlx::Error>> + Send + 'a {
-                    async move {
-                        let mut q = QueryBuilder::<$db>::new(format!(
-                            "SELECT event_status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
-                        ));
-                        if let Some(event_type) = event_type {
-                            q.push(" AND event_type = ").push_bind(event_type);
-                        }
-                        q.push(" AND create_time >= ")
-                            .push_bind(from)
-                            .push(" AND create_time < ")
-                            .push_bind(to)
-                            .push(" GROUP BY event_status ORDER BY event_status ASC");
-                        let mut counts = Vec::new();
-                        for row in q.build().fetch_all(pool).await? {
-                            let status: $status = row.try_get(0)?;
-                            counts.push((status_of(i64::from(status))?, row.try_get::<i64, _>(1)?));
-                        }
-                        Ok(counts)
                     }
                 }
 

@@ -174,10 +174,12 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         select: &'a Select<'a>,
     ) -> impl Future<Output = Result<Vec<OutboxRecord>, sqlx::Error>> + Send + 'a;
 
+    /// Row counts per status; `status_column` is `publish_status` or `event_status`.
     #[doc(hidden)]
     fn status_counts<'a>(
         pool: &'a Pool<Self>,
         table: &'a TableName,
+        status_column: &'static str,
         event_type: Option<&'a str>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
