@@ -752,6 +752,19 @@ mod republish {
     on_every_backend!(postgres, mysql, sqlite);
 }
 
+/// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
+/// writes.
+#[tokio::test]
+async fn sqlite_migrate_turns_on_wal() {
+    let db = TestDb::sqlite().await.expect("SQLite needs no service");
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    db.cleanup().await;
+}
+
 /// A commit in one process wakes the relay of another at once, through PostgreSQL LISTEN/NOTIFY,
 /// long before its poll interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -73,7 +73,9 @@ impl<DB: Backend> Outbox<DB> {
 
     /// Creates the event tables (`biz_outbox_event`, `biz_message_event`, `consumed_event`) if
     /// they are missing. The migrations keep their own history table, `event_toolkit_migrations`,
-    /// so they live beside the application's own sqlx migrations.
+    /// so they live beside the application's own sqlx migrations. On SQLite it also switches the
+    /// database file to WAL journaling (a setting kept in the file), so that relays read while
+    /// the service writes.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
         DB::migrate(&self.pool).await?;
         Ok(())

@@ -23,6 +23,14 @@ macro_rules! impl_backend {
                 pool: &'a Pool<$db>,
             ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'a {
                 async move {
+                    if Self::DIALECT == Dialect::Sqlite {
+                        // WAL: the relay reads while the service writes, and a commit appends to
+                        // one log instead of rewriting a rollback journal. The setting stays with
+                        // the file; an in-memory database keeps its own mode.
+                        if let Err(e) = sqlx::raw_sql("PRAGMA journal_mode = WAL").execute(pool).await {
+                            tracing::warn!(error = %e, "could not switch SQLite to WAL journaling; relays and writers will wait for each other more");
+                        }
+                    }
                     let mut migrator = sqlx::migrate!($migrations);
                     // Our own history table: the application's `_sqlx_migrations` is left alone,
                     // and its migrations do not look missing to us (nor ours to it).
@@ -159,7 +167,13 @@ macro_rules! impl_backend {
                             // One statement: pick and lease the batch, return the rows.
                             let mut q = QueryBuilder::<$db>::new("");
                             set_claimed(&mut q);
-                            q.push(" WHERE publish_status IN (0, 3) AND id IN (SELECT o.id");
+                            // On SQLite the unary `+` keeps the planner from answering this
+                            // guard from a status index instead of looking the ids up.
+                            q.push(if Self::DIALECT == Dialect::Sqlite {
+                                " WHERE +publish_status IN (0, 3) AND id IN (SELECT o.id"
+                            } else {
+                                " WHERE publish_status IN (0, 3) AND id IN (SELECT o.id"
+                            });
                             candidates(&mut q);
                             if Self::DIALECT == Dialect::Postgres {
                                 q.push(" FOR UPDATE SKIP LOCKED");

@@ -283,12 +283,16 @@ pub(crate) const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id,
 pub(crate) const ROWS_PER_INSERT: usize = 500;
 
 /// The ORDER BY of a claim, in the order of an index so that the scan stops after `limit` rows
-/// instead of sorting the backlog: the partial index `outbox_idx_claimable (id)` on PostgreSQL
-/// and SQLite; `idx_status_retry_time`, whose InnoDB entries end with the primary key, on MySQL.
+/// instead of sorting the backlog or walking the published history: the partial index
+/// `outbox_idx_claimable (id)` on PostgreSQL; `idx_status_retry_time`, whose entries end with the
+/// row id, on MySQL and SQLite. SQLite's planner, without statistics, would otherwise sort every
+/// pending row, and with statistics taken on a fresh backlog, scan the published rows by id.
 pub(crate) fn claim_order(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::Postgres | Dialect::Sqlite => " ORDER BY o.id",
-        Dialect::MySql => " ORDER BY o.publish_status, o.next_retry_time, o.retry_count, o.id",
+        Dialect::Postgres => " ORDER BY o.id",
+        Dialect::MySql | Dialect::Sqlite => {
+            " ORDER BY o.publish_status, o.next_retry_time, o.retry_count, o.id"
+        }
     }
 }
 
