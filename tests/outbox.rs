@@ -349,6 +349,73 @@ async fn four_relays_publish_every_event_exactly_once_in_aggregate_order<DB: Ord
     assert_eq!(counts.total(), counts.succeeded);
 }
 
+/// `drain` publishes everything claimable, in aggregate order, even when the batch claimed while
+/// the previous one was in flight could not yet take the next events of a long aggregate; a
+/// failed event holds back only its own aggregate, and is left for its retry.
+async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db: &TestDb<DB>) {
+    let (aggregates, each) = (50, 6);
+    place_many(db, aggregates, each).await;
+    let mut long = Order::place("o-long", 1).unwrap();
+    for n in 1..40 {
+        long.record(NoteAdded {
+            text: format!("note {n}"),
+        })
+        .unwrap();
+    }
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-long", "PLACED", 40)
+        .await
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut long).unwrap();
+    db.outbox.commit(tx, uow).await.unwrap();
+
+    let (inner, mut received) = ChannelPublisher::channel(1000);
+    let publisher = Selective {
+        inner,
+        fail: HashSet::from(["ORDER_PLACED:ORDER:o-7:1".to_owned()]),
+        attempts: AtomicUsize::new(0),
+    };
+    let relay = db
+        .outbox
+        .relay(publisher, RelayConfig::new("drainer").batch_size(16));
+    let report = relay.drain().await.unwrap();
+    let expected = aggregates * each + 40 - each;
+    assert_eq!(report.published, expected, "{report:?}");
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(report.claimed, expected + 1, "{report:?}");
+
+    let mut last_sequence: HashMap<String, u64> = HashMap::new();
+    let mut count = 0;
+    while let Ok(message) = received.try_recv() {
+        let envelope = message.envelope;
+        let last = last_sequence
+            .entry(envelope.aggregate_id.clone())
+            .or_insert(0);
+        assert_eq!(
+            envelope.aggregate_sequence,
+            *last + 1,
+            "order broken for {}",
+            envelope.aggregate_id
+        );
+        *last = envelope.aggregate_sequence;
+        count += 1;
+    }
+    assert_eq!(count, expected);
+    assert_eq!(last_sequence.get("o-long"), Some(&40));
+    assert_eq!(
+        last_sequence.get("o-7"),
+        None,
+        "o-7 is held back by its failed head"
+    );
+    assert_eq!(db.outbox.pending(100).await.unwrap().len(), each - 1);
+    // The failed head is not due yet: nothing more to claim.
+    assert_eq!(
+        relay.drain().await.unwrap(),
+        event_sqlx::BatchReport::default()
+    );
+}
+
 async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &TestDb<DB>) {
     let outbox = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_retry_count(3));
     let mut order = Order::place("o-f", 1).unwrap();
@@ -674,6 +741,7 @@ on_every_backend!(
     a_stale_aggregate_version_is_a_sequence_conflict,
     an_oversized_payload_is_rejected_and_nothing_is_written,
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
+    drain_publishes_every_claimable_event_in_aggregate_order,
     failures_are_retried_on_schedule_then_stay_failed,
     exhausted_events_are_cancelled_only_when_asked_and_never_when_critical,
     a_blocked_aggregate_holds_back_only_itself,

@@ -270,14 +270,7 @@ where
         RelayConfig::new("bench").batch_size(args.batch),
     );
     let started = Instant::now();
-    let mut drained = 0;
-    loop {
-        let report = relay.run_once().await?;
-        drained += report.published;
-        if report.claimed == 0 {
-            break;
-        }
-    }
+    let drained = relay.drain().await?.published;
     anyhow::ensure!(
         drained == args.events,
         "the relay drained {drained} of {} events",

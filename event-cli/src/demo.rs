@@ -207,14 +207,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     println!("relay: publishing the committed events as JSON lines");
     let relay = outbox.relay(JsonLinesPublisher::stdout(), RelayConfig::new("demo-relay"));
-    let mut published = 0;
-    loop {
-        let report = relay.run_once().await?;
-        published += report.published;
-        if report.claimed == 0 {
-            break;
-        }
-    }
+    let published = relay.drain().await?.published;
     let pending = outbox.pending(1000).await?.len();
     let paid: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE status = 'PAID'")
         .fetch_one(&pool)

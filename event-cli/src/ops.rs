@@ -101,16 +101,8 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
         db::redact(&args.db.database_url)
     );
     let total = if args.until_idle {
-        let mut total = event_sqlx::BatchReport::default();
         relay.recover_expired_leases().await?;
-        loop {
-            let report = relay.run_once().await?;
-            total += report;
-            if report.claimed == 0 {
-                break;
-            }
-        }
-        total
+        relay.drain().await?
     } else {
         relay.run(shutdown_signal()).await
     };

@@ -8,10 +8,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Claim, Failure};
+use crate::backend::{Backend, Claim, Dialect, Failure};
 use crate::outbox::now;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
-use crate::{Outbox, OutboxError};
+use crate::{Outbox, OutboxError, OutboxRecord};
 
 /// When a failed event is tried again: a schedule of delays by attempt, with jitter.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,8 +235,67 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// Claims one batch, publishes it, and records the outcome. The claim is committed before
     /// publishing starts: no database lock is held while the broker is called.
     pub async fn run_once(&self) -> Result<BatchReport, OutboxError> {
-        let table = &self.outbox.config().table;
-        let pool = self.outbox.pool();
+        let batch = self.claim().await?;
+        self.deliver(batch).await
+    }
+
+    /// Publishes batch after batch until no event is claimable (pending, or failed and due), and
+    /// returns what was done; failed events whose retry is not yet due are left for later.
+    ///
+    /// On PostgreSQL and MySQL the next batch is claimed while the previous one is published and
+    /// marked, on a second connection; on SQLite, which has one writer, batches run one after
+    /// another. On an error, a batch already claimed is still delivered before the error is
+    /// returned, so no lease is left held.
+    pub async fn drain(&self) -> Result<BatchReport, OutboxError> {
+        let mut total = BatchReport::default();
+        let mut batch = self.claim().await?;
+        while !batch.is_empty() {
+            let (next, delivered) = self.deliver_and_claim(batch).await;
+            match (delivered, next) {
+                (Ok(report), Ok(next)) => {
+                    total += report;
+                    batch = next;
+                }
+                (Err(e), Ok(next)) => {
+                    total += self.deliver(next).await.unwrap_or_default();
+                    return Err(e);
+                }
+                (_, Err(e)) => return Err(e),
+            }
+            if batch.is_empty() && Self::overlaps() {
+                // That claim ran while the last batch was in flight, so it could not yet take
+                // the events that follow it in their aggregates.
+                batch = self.claim().await?;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Whether the next batch is claimed while the previous one is delivered: only where the
+    /// database takes concurrent writers.
+    fn overlaps() -> bool {
+        DB::DIALECT != Dialect::Sqlite
+    }
+
+    /// Delivers `batch` and claims the next one: at the same time where [`Self::overlaps`],
+    /// otherwise one after the other. Returns the next batch and the delivered batch's report.
+    async fn deliver_and_claim(
+        &self,
+        batch: Vec<OutboxRecord>,
+    ) -> (
+        Result<Vec<OutboxRecord>, OutboxError>,
+        Result<BatchReport, OutboxError>,
+    ) {
+        if Self::overlaps() {
+            tokio::join!(self.claim(), self.deliver(batch))
+        } else {
+            let delivered = self.deliver(batch).await;
+            (self.claim().await, delivered)
+        }
+    }
+
+    /// Leases up to a batch of due events to this relay, in one short transaction.
+    async fn claim(&self) -> Result<Vec<OutboxRecord>, OutboxError> {
         let claimed_at = now();
         let claim = Claim {
             relay_id: &self.config.instance_id,
@@ -245,9 +304,15 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             limit: i64::from(self.config.batch_size),
             ordered: self.config.ordered,
         };
-        let records = DB::claim(pool, table, &claim)
+        DB::claim(self.outbox.pool(), &self.outbox.config().table, &claim)
             .await
-            .map_err(|e| self.outbox.db_error(e))?;
+            .map_err(|e| self.outbox.db_error(e))
+    }
+
+    /// Publishes a claimed batch and records each event's outcome, guarded by this relay's lease.
+    async fn deliver(&self, records: Vec<OutboxRecord>) -> Result<BatchReport, OutboxError> {
+        let table = &self.outbox.config().table;
+        let pool = self.outbox.pool();
         let mut report = BatchReport {
             claimed: records.len(),
             ..BatchReport::default()
@@ -359,12 +424,15 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     }
 
     /// Runs until `shutdown` completes: claims and publishes batch after batch without sleeping
-    /// while batches come back full, otherwise waits for a commit in this process or the poll
-    /// interval. Database errors are logged and retried after the poll interval; the relay does
-    /// not stop for them. On shutdown the batch in flight is finished, so no lease is left held.
+    /// while there are events to claim (claiming the next batch while the previous one is
+    /// delivered, as [`Relay::drain`] does), otherwise waits for a commit in this process, a
+    /// PostgreSQL notification, or the poll interval. Database errors are logged and retried after
+    /// the poll interval; the relay does not stop for them. On shutdown the batches in flight are
+    /// finished, so no lease is left held.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> BatchReport {
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
+        let mut batch = Vec::new();
         tokio::pin!(shutdown);
         loop {
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.recover_interval) {
@@ -379,27 +447,52 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 }
                 last_recovery = Some(Instant::now());
             }
-            let full = match self.run_once().await {
-                Ok(report) => {
-                    total += report;
-                    report.claimed >= usize::try_from(self.config.batch_size).unwrap_or(usize::MAX)
+            let mut failed = false;
+            if batch.is_empty() {
+                match self.claim().await {
+                    Ok(claimed) => batch = claimed,
+                    Err(e) => {
+                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay claim failed; retrying");
+                        failed = true;
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(relay = %self.config.instance_id, error = %e, "relay batch failed; retrying");
-                    false
+            }
+            if !batch.is_empty() {
+                let (next, delivered) = self.deliver_and_claim(std::mem::take(&mut batch)).await;
+                match delivered {
+                    Ok(report) => total += report,
+                    Err(e) => {
+                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay batch failed; retrying");
+                        failed = true;
+                    }
                 }
-            };
-            if full {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = std::future::ready(()) => continue,
+                match next {
+                    Ok(next) => batch = next,
+                    Err(e) => {
+                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay claim failed; retrying");
+                        failed = true;
+                    }
+                }
+                if !failed {
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        () = std::future::ready(()) => continue,
+                    }
                 }
             }
             tokio::select! {
                 () = &mut shutdown => break,
-                () = self.outbox.wakeup().notified() => {}
+                () = self.outbox.wakeup().notified(), if !failed => {}
                 () = tokio::time::sleep(self.config.poll_interval) => {}
+            }
+        }
+        if !batch.is_empty() {
+            match self.deliver(batch).await {
+                Ok(report) => total += report,
+                Err(e) => {
+                    tracing::warn!(relay = %self.config.instance_id, error = %e, "could not finish the last batch; its leases expire and another relay publishes it")
+                }
             }
         }
         total
