@@ -2,7 +2,7 @@
 //! the same database, because the machine is noisy:
 //!
 //! - a business transaction (one UPDATE, one INSERT) with 1 and with 10 outbox events, against
-//!   the same transaction without;
+//!   the same transaction without; and, as the floor any extra write costs, with a `SELECT 1`;
 //! - the relay draining a backlog, against a naive relay that follows the seed's one-row SQL
 //!   literally, and against the raw multi-row INSERT rate of the same rows;
 //! - the relay's batch latency with 10k and with 1M published rows in the table.
@@ -75,8 +75,10 @@ struct BackendResult {
     tx_without_outbox_us: f64,
     tx_with_1_event_us: f64,
     tx_with_10_events_us: f64,
+    tx_with_select_1_us: f64,
     overhead_1_event: f64,
     overhead_10_events: f64,
+    overhead_select_1: f64,
     raw_insert_events_per_s: f64,
     relay_drain_events_per_s: f64,
     naive_relay_events_per_s: f64,
@@ -140,18 +142,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("\nmachine: {machine}");
     println!(
-        "| backend | outbox overhead, 1 event | 10 events | drain vs naive relay | drain vs raw INSERT | batch latency at {} vs 10k published |",
+        "| backend | outbox overhead, 1 event | 10 events | `SELECT 1` instead (floor) | drain vs naive relay | drain vs raw INSERT | batch latency at {} vs 10k published |",
         args.published
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for r in &results {
         println!(
-            "| {} | {:+.1}% ({:.0} -> {:.0} µs) | {:+.1}% | {:.1}x ({:.0} vs {:.0} ev/s) | {:.0}% ({:.0} vs {:.0} ev/s) | {:.2}x ({:.2} vs {:.2} ms) |",
+            "| {} | {:+.1}% ({:.0} -> {:.0} µs) | {:+.1}% | {:+.1}% | {:.1}x ({:.0} vs {:.0} ev/s) | {:.0}% ({:.0} vs {:.0} ev/s) | {:.2}x ({:.2} vs {:.2} ms) |",
             r.backend,
             r.overhead_1_event * 100.0,
             r.tx_without_outbox_us,
             r.tx_with_1_event_us,
             r.overhead_10_events * 100.0,
+            r.overhead_select_1 * 100.0,
             r.drain_vs_naive,
             r.relay_drain_events_per_s,
             r.naive_relay_events_per_s,
@@ -212,15 +215,20 @@ where
     // drift in the machine's load hits every variant alike.
     let rounds = 6;
     let per_round = (args.transactions / rounds).max(1);
-    let mut totals = [Duration::ZERO; 3];
+    // The fourth variant adds a trivial `SELECT 1` instead of events: the floor that any extra
+    // statement in the transaction costs on this machine, one more round trip.
+    let mut totals = [Duration::ZERO; 4];
     let mut serial = 0usize;
     for round in 0..=rounds {
-        for (variant, events) in [0usize, 1, 10].into_iter().enumerate() {
+        for (variant, events) in [0usize, 1, 10, 0].into_iter().enumerate() {
             let started = Instant::now();
             for _ in 0..per_round {
                 serial += 1;
                 let mut tx = db.pool().begin().await?;
                 DB::business_write(&mut tx, (serial % 1000) as i64).await?;
+                if variant == 3 {
+                    DB::trivial_statement(&mut tx).await?;
+                }
                 if events > 0 {
                     let mut order = Order {
                         id: format!("tx-{serial}"),
@@ -248,11 +256,13 @@ where
     r.tx_without_outbox_us = totals[0].as_secs_f64() * 1e6 / n;
     r.tx_with_1_event_us = totals[1].as_secs_f64() * 1e6 / n;
     r.tx_with_10_events_us = totals[2].as_secs_f64() * 1e6 / n;
+    r.tx_with_select_1_us = totals[3].as_secs_f64() * 1e6 / n;
+    r.overhead_select_1 = r.tx_with_select_1_us / r.tx_without_outbox_us - 1.0;
     r.overhead_1_event = r.tx_with_1_event_us / r.tx_without_outbox_us - 1.0;
     r.overhead_10_events = r.tx_with_10_events_us / r.tx_without_outbox_us - 1.0;
     eprintln!(
-        "   transactions: {:.0} / {:.0} / {:.0} µs",
-        r.tx_without_outbox_us, r.tx_with_1_event_us, r.tx_with_10_events_us
+        "   transactions: {:.0} / {:.0} / {:.0} µs, with SELECT 1 {:.0} µs",
+        r.tx_without_outbox_us, r.tx_with_1_event_us, r.tx_with_10_events_us, r.tx_with_select_1_us
     );
 
     // (b) The raw multi-row INSERT of a backlog, then the relay draining it.

@@ -22,6 +22,10 @@ pub trait BenchDb: Backend {
         conn: &'a mut Self::Connection,
         account: i64,
     ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a;
+    /// `SELECT 1`: one more round trip and nothing else.
+    fn trivial_statement(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
     /// A plain multi-row INSERT of `rows` into the outbox table, in one transaction.
     fn raw_insert<'a>(
         pool: &'a Pool<Self>,
@@ -73,6 +77,13 @@ macro_rules! impl_bench_db {
                     let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO bench_ledger (account_id, amount) VALUES (");
                     q.push_bind(account).push(", ").push_bind(1_i64).push(")");
                     q.build().execute(&mut *conn).await?;
+                    Ok(())
+                }
+            }
+
+            fn trivial_statement(conn: &mut Self::Connection) -> impl Future<Output = sqlx::Result<()>> + Send + '_ {
+                async move {
+                    sqlx::query::<$db>("SELECT 1").execute(&mut *conn).await?;
                     Ok(())
                 }
             }

@@ -114,8 +114,9 @@ impl RelayConfig {
         self
     }
 
-    /// How long a claim holds its events. Set it above the longest publish of a batch: when it
-    /// expires, another relay may publish the same events again.
+    /// How long a claim holds its events. Set it above the longest publish of two batches (on
+    /// PostgreSQL and MySQL a batch is claimed while the one before it is still being published):
+    /// when it expires, another relay may publish the same events again.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
