@@ -174,6 +174,52 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
     tx.commit().await.unwrap();
     assert_eq!(report.recorded.len(), 1);
     assert_eq!(report.already_recorded.len(), 1);
+
+    // A duplicate beside a new event, after a business write: the new event and the business
+    // write commit (on MySQL the rejected first INSERT rolls back only itself).
+    let mut again = Order {
+        id: "o-1".into(),
+        paid: true,
+        events: RecordedEvents::loaded_at(3),
+    };
+    again
+        .record(NoteAdded {
+            text: "again".into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut again).unwrap();
+    let new = uow.commit().remove(0);
+    let orders_before = DB::count_orders(db.pool()).await.unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-2", "PLACED", 1).await.unwrap();
+    let report = db
+        .outbox
+        .flush(&mut tx, &[envelopes[0].clone(), new.clone()])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(report.recorded, vec![new.event_id.clone()]);
+    assert_eq!(report.already_recorded, vec![envelopes[0].event_id.clone()]);
+    assert_eq!(
+        DB::count_orders(db.pool()).await.unwrap(),
+        orders_before + 1
+    );
+    let stored = db
+        .outbox
+        .by_event_no(new.event_id.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.aggregate_sequence, 4);
+    assert_eq!(
+        db.outbox
+            .by_event_no("ORDER_PAID:o-1")
+            .await
+            .unwrap()
+            .unwrap(),
+        before
+    );
 }
 
 async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestDb<DB>) {

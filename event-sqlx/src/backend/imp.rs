@@ -47,33 +47,7 @@ macro_rules! impl_backend {
             ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'a {
                 async move {
                     use sqlx::{QueryBuilder, Row};
-                    let mut inserted = Vec::with_capacity(rows.len());
-                    for chunk in rows.chunks(super::ROWS_PER_INSERT) {
-                        let mut chunk: Vec<&NewOutboxRow> = chunk.iter().collect();
-                        if Self::DIALECT == Dialect::MySql {
-                            // No RETURNING on MySQL: find the duplicates first, then insert the
-                            // rest with a plain INSERT, so that a conflict on the aggregate
-                            // sequence is an error and never silently absorbed.
-                            let mut q = QueryBuilder::<$db>::new(format!(
-                                "SELECT event_no FROM {table} WHERE event_no IN ("
-                            ));
-                            let mut list = q.separated(", ");
-                            for row in &chunk {
-                                list.push_bind(row.event_no.as_str());
-                            }
-                            q.push(")");
-                            let existing: Vec<String> = q
-                                .build()
-                                .fetch_all(&mut *conn)
-                                .await?
-                                .iter()
-                                .map(|r| r.try_get::<String, _>(0))
-                                .collect::<Result<_, _>>()?;
-                            chunk.retain(|row| !existing.contains(&row.event_no));
-                            if chunk.is_empty() {
-                                continue;
-                            }
-                        }
+                    let insert = |chunk: &[&'a NewOutboxRow]| {
                         let mut q = QueryBuilder::<$db>::new(format!(
                             "INSERT INTO {table} ({}) ",
                             super::INSERT_COLUMNS
@@ -98,14 +72,58 @@ macro_rules! impl_backend {
                                 .push_bind(row.create_time)
                                 .push_bind(row.create_time);
                         });
-                        if Self::DIALECT == Dialect::MySql {
-                            q.build().execute(&mut *conn).await?;
-                            inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
-                        } else {
+                        q
+                    };
+                    let mut inserted = Vec::with_capacity(rows.len());
+                    for chunk in rows.chunks(super::ROWS_PER_INSERT) {
+                        let mut chunk: Vec<&NewOutboxRow> = chunk.iter().collect();
+                        if Self::DIALECT != Dialect::MySql {
+                            let mut q = insert(&chunk);
                             q.push(" ON CONFLICT (event_no) DO NOTHING RETURNING event_no");
                             for r in q.build().fetch_all(&mut *conn).await? {
                                 inserted.push(r.try_get::<String, _>(0)?);
                             }
+                            continue;
+                        }
+                        // No RETURNING on MySQL. Duplicates are rare, so a plain INSERT goes
+                        // first: a duplicate key fails it whole, and MySQL then rolls back that
+                        // statement only, not the caller's transaction.
+                        match insert(&chunk).build().execute(&mut *conn).await {
+                            Ok(_) => {
+                                inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
+                                continue;
+                            }
+                            Err(e)
+                                if !e
+                                    .as_database_error()
+                                    .is_some_and(|d| d.is_unique_violation()) =>
+                            {
+                                return Err(e);
+                            }
+                            Err(_) => {}
+                        }
+                        // Then find the duplicates and insert the rest with a plain INSERT
+                        // again, so that a conflict on the aggregate sequence is an error and
+                        // never silently absorbed.
+                        let mut q = QueryBuilder::<$db>::new(format!(
+                            "SELECT event_no FROM {table} WHERE event_no IN ("
+                        ));
+                        let mut list = q.separated(", ");
+                        for row in &chunk {
+                            list.push_bind(row.event_no.as_str());
+                        }
+                        q.push(")");
+                        let existing: Vec<String> = q
+                            .build()
+                            .fetch_all(&mut *conn)
+                            .await?
+                            .iter()
+                            .map(|r| r.try_get::<String, _>(0))
+                            .collect::<Result<_, _>>()?;
+                        chunk.retain(|row| !existing.contains(&row.event_no));
+                        if !chunk.is_empty() {
+                            insert(&chunk).build().execute(&mut *conn).await?;
+                            inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
                         }
                     }
                     Ok(inserted)
