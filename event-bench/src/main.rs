@@ -340,7 +340,7 @@ async fn batch_latency<DB: BenchDb>(
     for chunk in rows.chunks(1000) {
         DB::raw_insert(db.pool(), chunk, event_now()).await?;
     }
-    DB::analyze(db.pool()).await?;
+    DB::settle(db.pool()).await?;
     let relay = db
         .outbox
         .relay(Serializing, RelayConfig::new("latency").batch_size(100));
