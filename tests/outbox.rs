@@ -866,6 +866,106 @@ mod republish {
     on_every_backend!(postgres, mysql, sqlite);
 }
 
+/// Lets the first batch through only when told: the test acts between claim and mark.
+struct Gate {
+    inner: ChannelPublisher,
+    reached: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    go: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+impl Publisher for Gate {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if let Some(reached) = self.reached.lock().await.take() {
+            let _ = reached.send(());
+        }
+        if let Some(go) = self.go.lock().await.take() {
+            let _ = go.await;
+        }
+        self.inner.publish(messages).await
+    }
+}
+
+/// A relay whose mark PostgreSQL rolls back as a deadlock victim runs the mark again and
+/// reports its batch published, instead of failing the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_relay_runs_a_mark_again_after_a_deadlock() {
+    use std::str::FromStr;
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    place(&db, "o-a", false).await;
+    place(&db, "o-b", false).await;
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM biz_outbox_event ORDER BY id")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    // The relay's sessions look for deadlocks after 2 s of waiting, the blocker's only after a
+    // minute: the relay is the victim.
+    let options = sqlx::postgres::PgConnectOptions::from_str(&db.url)
+        .unwrap()
+        .options([("deadlock_timeout", "2s")]);
+    let outbox = event_sqlx::Outbox::new(
+        sqlx::PgPool::connect_with(options).await.unwrap(),
+        OutboxConfig::new(),
+    );
+    let (inner, mut received) = ChannelPublisher::channel(8);
+    let (reached, reached_rx) = tokio::sync::oneshot::channel();
+    let (go, go_rx) = tokio::sync::oneshot::channel();
+    let gate = Gate {
+        inner,
+        reached: tokio::sync::Mutex::new(Some(reached)),
+        go: tokio::sync::Mutex::new(Some(go_rx)),
+    };
+    let relay = outbox.relay(gate, RelayConfig::new("victim"));
+    let running = tokio::spawn(async move { relay.run_once().await });
+    reached_rx.await.unwrap();
+
+    let mut blocker = db.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL deadlock_timeout = '60s'")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    sqlx::query("SELECT id FROM biz_outbox_event WHERE id = $1 FOR UPDATE")
+        .bind(ids[1])
+        .fetch_one(&mut *blocker)
+        .await
+        .unwrap();
+    go.send(()).unwrap();
+    // The mark takes the first row, then waits for the second.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE 'UPDATE biz_outbox_event SET publish_status = 2%'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the mark never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Close the cycle: the blocker waits for the first row until the relay's mark is rolled back.
+    sqlx::query("UPDATE biz_outbox_event SET remark = 'blocker' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    blocker.commit().await.unwrap();
+
+    let report = running.await.unwrap().expect("the mark is run again");
+    assert_eq!(report.published, 2, "{report:?}");
+    assert_eq!(report.lease_lost, 0, "{report:?}");
+    assert!(received.try_recv().is_ok() && received.try_recv().is_ok());
+    assert!(db.outbox.pending(10).await.unwrap().is_empty());
+    db.cleanup().await;
+}
+
 /// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
 /// writes.
 #[tokio::test]

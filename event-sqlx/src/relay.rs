@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Claim, Dialect, Failure};
+use crate::backend::{Backend, Claim, Dialect, Failure, retry_rolled_back};
 use crate::outbox::now;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::{Outbox, OutboxError, OutboxRecord};
@@ -305,7 +305,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             limit: i64::from(self.config.batch_size),
             ordered: self.config.ordered,
         };
-        DB::claim(self.outbox.pool(), &self.outbox.config().table, &claim)
+        let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
+        retry_rolled_back(|| DB::claim(pool, table, &claim))
             .await
             .map_err(|e| self.outbox.db_error(e))
     }
@@ -376,21 +377,24 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             }
         }
         let relay_id = self.config.instance_id.as_str();
-        let marked = DB::mark_published(pool, table, relay_id, &published, finished)
-            .await
-            .map_err(|e| self.outbox.db_error(e))?;
-        DB::mark_failed(pool, table, relay_id, &failures, finished)
+        let marked =
+            retry_rolled_back(|| DB::mark_published(pool, table, relay_id, &published, finished))
+                .await
+                .map_err(|e| self.outbox.db_error(e))?;
+        retry_rolled_back(|| DB::mark_failed(pool, table, relay_id, &failures, finished))
             .await
             .map_err(|e| self.outbox.db_error(e))?;
         if !exhausted.is_empty() {
             report.cancelled = usize::try_from(
-                DB::cancel_exhausted(
-                    pool,
-                    table,
-                    &exhausted,
-                    "exceeded the maximum retry count; cancelled automatically",
-                    finished,
-                )
+                retry_rolled_back(|| {
+                    DB::cancel_exhausted(
+                        pool,
+                        table,
+                        &exhausted,
+                        "exceeded the maximum retry count; cancelled automatically",
+                        finished,
+                    )
+                })
                 .await
                 .map_err(|e| self.outbox.db_error(e))?,
             )
@@ -413,13 +417,16 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// recovery delay. Returns how many moved.
     pub async fn recover_expired_leases(&self) -> Result<u64, OutboxError> {
         let at = now();
-        DB::recover_expired(
-            self.outbox.pool(),
-            &self.outbox.config().table,
-            at,
-            at + delta(self.config.recovery_delay),
-            "relay lease expired; waiting to be published again",
-        )
+        let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
+        retry_rolled_back(|| {
+            DB::recover_expired(
+                pool,
+                table,
+                at,
+                at + delta(self.config.recovery_delay),
+                "relay lease expired; waiting to be published again",
+            )
+        })
         .await
         .map_err(|e| self.outbox.db_error(e))
     }

@@ -282,6 +282,35 @@ pub(crate) const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id,
 /// Statements are kept well under every backend's bind-parameter limit (SQLite: 32766).
 pub(crate) const ROWS_PER_INSERT: usize = 500;
 
+/// Runs `op` again, up to three times, when the database rolled it back as a deadlock victim or
+/// for a serialization failure (SQLSTATE 40001 or 40P01): the statement or transaction left no
+/// trace, so running it again is safe. InnoDB picks such victims among relays whose claims and
+/// marks lock neighbouring index entries.
+pub(crate) async fn retry_rolled_back<T, F, Fut>(mut op: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut attempt: u64 = 0;
+    loop {
+        match op().await {
+            Err(e) if attempt < 3 && rolled_back(&e) => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "rolled back by the database; running it again");
+                tokio::time::sleep(std::time::Duration::from_millis(5 * attempt)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+fn rolled_back(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "40001" || code == "40P01")
+}
+
 /// The ORDER BY of a claim, in the order of an index so that the scan stops after `limit` rows
 /// instead of sorting the backlog or walking the published history: the partial index
 /// `outbox_idx_claimable (id)` on PostgreSQL; `idx_status_retry_time`, whose entries end with the
