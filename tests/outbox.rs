@@ -341,6 +341,30 @@ async fn place_many<DB: Orders>(db: &TestDb<DB>, aggregates: usize, events_each:
     }
 }
 
+/// Everything the channel holds, checked to arrive in sequence within each aggregate: the event
+/// ids in arrival order, and each aggregate's last sequence.
+fn in_aggregate_order(
+    received: &mut tokio::sync::mpsc::Receiver<OutboxMessage>,
+) -> (Vec<String>, HashMap<String, u64>) {
+    let mut ids = Vec::new();
+    let mut last_sequence: HashMap<String, u64> = HashMap::new();
+    while let Ok(message) = received.try_recv() {
+        let envelope = message.envelope;
+        let last = last_sequence
+            .entry(envelope.aggregate_id.clone())
+            .or_insert(0);
+        assert_eq!(
+            envelope.aggregate_sequence,
+            *last + 1,
+            "order broken for {}",
+            envelope.aggregate_id
+        );
+        *last = envelope.aggregate_sequence;
+        ids.push(envelope.event_id.to_string());
+    }
+    (ids, last_sequence)
+}
+
 async fn four_relays_publish_every_event_exactly_once_in_aggregate_order<DB: Orders>(
     db: &TestDb<DB>,
 ) where
@@ -360,26 +384,9 @@ async fn four_relays_publish_every_event_exactly_once_in_aggregate_order<DB: Ord
     drop(publisher);
     drain(db, relays, aggregates * each).await;
 
-    let mut ids = HashSet::new();
-    let mut last_sequence: HashMap<String, u64> = HashMap::new();
-    while let Ok(message) = received.try_recv() {
-        let envelope = message.envelope;
-        assert!(
-            ids.insert(envelope.event_id.to_string()),
-            "{} published twice",
-            envelope.event_id
-        );
-        let last = last_sequence
-            .entry(envelope.aggregate_id.clone())
-            .or_insert(0);
-        assert_eq!(
-            envelope.aggregate_sequence,
-            *last + 1,
-            "order broken for {}",
-            envelope.aggregate_id
-        );
-        *last = envelope.aggregate_sequence;
-    }
+    let (ids, last_sequence) = in_aggregate_order(&mut received);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "an event was published twice");
     assert_eq!(ids.len(), aggregates * each);
     assert!(last_sequence.values().all(|&s| s == each as u64));
     let counts = db
@@ -431,23 +438,8 @@ async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db
     assert_eq!(report.failed, 1, "{report:?}");
     assert_eq!(report.claimed, expected + 1, "{report:?}");
 
-    let mut last_sequence: HashMap<String, u64> = HashMap::new();
-    let mut count = 0;
-    while let Ok(message) = received.try_recv() {
-        let envelope = message.envelope;
-        let last = last_sequence
-            .entry(envelope.aggregate_id.clone())
-            .or_insert(0);
-        assert_eq!(
-            envelope.aggregate_sequence,
-            *last + 1,
-            "order broken for {}",
-            envelope.aggregate_id
-        );
-        *last = envelope.aggregate_sequence;
-        count += 1;
-    }
-    assert_eq!(count, expected);
+    let (ids, last_sequence) = in_aggregate_order(&mut received);
+    assert_eq!(ids.len(), expected);
     assert_eq!(last_sequence.get("o-long"), Some(&40));
     assert_eq!(
         last_sequence.get("o-7"),
