@@ -38,6 +38,34 @@ async fn invoice(tx: &mut sqlx::SqliteConnection, paid: OrderPaid) -> Result<(),
     Ok(())
 }
 
+/// The order service: both events routed to `topic` (per-aggregate order holds ORDER_PAID until
+/// ORDER_PLACED is out), and `ORDERS` orders placed and paid, each with its state and events in
+/// one transaction.
+async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sqlite> {
+    let route = |key: &str| Route {
+        channel: "MQ".into(),
+        topic: Some(topic.to_owned()),
+        routing_key: Some(key.into()),
+    };
+    let outbox = Outbox::new(
+        pool.clone(),
+        OutboxConfig::new()
+            .route("ORDER_PLACED", route("order.placed"))
+            .route("ORDER_PAID", route("order.paid")),
+    );
+    for i in 0..ORDERS {
+        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
+        order.pay(100 + i).unwrap();
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut order).unwrap();
+        outbox
+            .commit(pool.begin().await.unwrap(), uow)
+            .await
+            .unwrap();
+    }
+    outbox
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
     let url = nats_url();
@@ -56,32 +84,9 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .ensure_stream(&stream, vec![format!("{topic}.>")])
         .await
         .unwrap();
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.clone()),
-        routing_key: Some(key.into()),
-    };
-    // Both events go to the stream: per-aggregate order holds ORDER_PAID until ORDER_PLACED is out.
-    let outbox = Outbox::new(
-        pool.clone(),
-        OutboxConfig::new()
-            .route("ORDER_PLACED", route("order.placed"))
-            .route("ORDER_PAID", route("order.paid")),
-    );
-
-    // The order service: each order placed and paid, state and events in one transaction.
-    for i in 0..ORDERS {
-        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
-        order.pay(100 + i).unwrap();
-        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-        uow.collect(&mut order).unwrap();
-        outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
-    }
+    let outbox = order_service(&pool, &topic).await;
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
-    while relay.run_once().await.unwrap().claimed > 0 {}
+    relay.drain().await.unwrap();
 
     let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").owner("billing-team");
     let subject = format!("{topic}.order.paid");
@@ -173,7 +178,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .commit(pool.begin().await.unwrap(), uow)
         .await
         .unwrap();
-    while relay.run_once().await.unwrap().claimed > 0 {}
+    relay.drain().await.unwrap();
     let report = subscription
         .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
         .await
@@ -304,29 +309,9 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     let subscription = RabbitMqSubscription::bind(&publisher, &exchange, &queue, "order.*")
         .await
         .unwrap();
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(exchange.clone()),
-        routing_key: Some(key.into()),
-    };
-    let outbox = Outbox::new(
-        pool.clone(),
-        OutboxConfig::new()
-            .route("ORDER_PLACED", route("order.placed"))
-            .route("ORDER_PAID", route("order.paid")),
-    );
-    for i in 0..ORDERS {
-        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
-        order.pay(100 + i).unwrap();
-        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-        uow.collect(&mut order).unwrap();
-        outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
-    }
+    let outbox = order_service(&pool, &exchange).await;
     let relay = outbox.relay(publisher, RelayConfig::new("relay"));
-    while relay.run_once().await.unwrap().claimed > 0 {}
+    relay.drain().await.unwrap();
 
     let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2");
     // A consumer takes three messages, commits their effects, and dies before acknowledging:

@@ -797,7 +797,7 @@ mod republish {
         }
         let (publisher, mut received) = ChannelPublisher::channel(64);
         let relay = db.outbox.relay(publisher.clone(), RelayConfig::new("r"));
-        while relay.run_once().await.unwrap().claimed > 0 {}
+        relay.drain().await.unwrap();
         while received.try_recv().is_ok() {}
 
         let one = Republish {

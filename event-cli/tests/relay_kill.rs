@@ -115,7 +115,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
         RelayConfig::new("rescuer").lease_recovery(Duration::ZERO, Duration::ZERO),
     );
     assert!(rescuer.recover_expired_leases().await.unwrap() > 0);
-    while rescuer.run_once().await.unwrap().claimed > 0 {}
+    rescuer.drain().await.unwrap();
 
     let mut all = by_victim.clone();
     while let Ok(message) = received.try_recv() {

@@ -106,13 +106,9 @@ macro_rules! impl_backend {
                         // again, so that a conflict on the aggregate sequence is an error and
                         // never silently absorbed.
                         let mut q = QueryBuilder::<$db>::new(format!(
-                            "SELECT event_no FROM {table} WHERE event_no IN ("
+                            "SELECT event_no FROM {table} WHERE event_no IN "
                         ));
-                        let mut list = q.separated(", ");
-                        for row in &chunk {
-                            list.push_bind(row.event_no.as_str());
-                        }
-                        q.push(")");
+                        super::push_list(&mut q, chunk.iter().map(|row| row.event_no.as_str()));
                         let existing: Vec<String> = q
                             .build()
                             .fetch_all(&mut *conn)
@@ -216,12 +212,8 @@ macro_rules! impl_backend {
                             if !records.is_empty() {
                                 let mut q = QueryBuilder::<$db>::new("");
                                 set_claimed(&mut q);
-                                q.push(" WHERE publish_status IN (0, 3) AND id IN (");
-                                let mut list = q.separated(", ");
-                                for record in &records {
-                                    list.push_bind(record.id);
-                                }
-                                q.push(")");
+                                q.push(" WHERE publish_status IN (0, 3) AND id IN ");
+                                super::push_list(&mut q, records.iter().map(|r| r.id));
                                 q.build().execute(&mut *tx).await?;
                                 for record in &mut records {
                                     record.publish_status = EventStatus::InProgress;
@@ -260,12 +252,8 @@ macro_rules! impl_backend {
                         .push_bind(now)
                         .push(" WHERE deleted = 0 AND publish_status = 1 AND locked_by = ")
                         .push_bind(relay_id)
-                        .push(" AND id IN (");
-                    let mut list = q.separated(", ");
-                    for id in ids {
-                        list.push_bind(*id);
-                    }
-                    q.push(")");
+                        .push(" AND id IN ");
+                    super::push_list(&mut q, ids.iter().copied());
                     Ok(q.build().execute(pool).await?.rows_affected())
                 }
             }
@@ -309,12 +297,8 @@ macro_rules! impl_backend {
                             } else {
                                 " AND retry_count >= max_retry_count"
                             })
-                            .push(" AND id IN (");
-                        let mut list = q.separated(", ");
-                        for f in failures {
-                            list.push_bind(f.id);
-                        }
-                        q.push(")");
+                            .push(" AND id IN ");
+                        super::push_list(&mut q, failures.iter().map(|f| f.id));
                         affected += q.build().execute(pool).await?.rows_affected();
                     }
                     Ok(affected)
@@ -338,12 +322,8 @@ macro_rules! impl_backend {
                     q.push_bind(reason)
                         .push(", update_time = ")
                         .push_bind(now)
-                        .push(" WHERE deleted = 0 AND publish_status = 3 AND retry_count >= max_retry_count AND id IN (");
-                    let mut list = q.separated(", ");
-                    for id in ids {
-                        list.push_bind(*id);
-                    }
-                    q.push(")");
+                        .push(" WHERE deleted = 0 AND publish_status = 3 AND retry_count >= max_retry_count AND id IN ");
+                    super::push_list(&mut q, ids.iter().copied());
                     Ok(q.build().execute(pool).await?.rows_affected())
                 }
             }

@@ -282,6 +282,22 @@ pub(crate) const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id,
 /// Statements are kept well under every backend's bind-parameter limit (SQLite: 32766).
 pub(crate) const ROWS_PER_INSERT: usize = 500;
 
+/// Appends `(v1, v2, ...)`, every value bound: the list of an `IN`.
+pub(crate) fn push_list<'t, DB, T>(
+    q: &mut sqlx::QueryBuilder<DB>,
+    values: impl IntoIterator<Item = T>,
+) where
+    DB: sqlx::Database,
+    T: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    q.push("(");
+    let mut list = q.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+    q.push(")");
+}
+
 /// Runs `op` again, up to three times, when the database rolled it back as a deadlock victim or
 /// for a serialization failure (SQLSTATE 40001 or 40P01): the statement or transaction left no
 /// trace, so running it again is safe. InnoDB picks such victims among relays whose claims and
