@@ -123,7 +123,11 @@ mod stale {
         );
         let recorded = guarded.quarantined(10).await.unwrap();
         assert_eq!(recorded.len(), 2);
-        assert!(recorded.iter().all(|r| r.failure_class == "stale"));
+        assert!(
+            recorded
+                .iter()
+                .all(|r| r.failure_class == event_sqlx::FailureClass::Stale)
+        );
         assert!(
             recorded[0]
                 .reason

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use event_sqlx::{EventStatus, MessageBackend, MessageEvent, MessageStore};
+use event_sqlx::{EventStatus, MessageEvent, MessageStore};
 use event_tests::db::{Orders, TestDb};
 use serde_json::json;
 
@@ -18,7 +18,7 @@ fn message(no: &str, biz_id: &str) -> MessageEvent {
     }
 }
 
-async fn messages_follow_the_seed_cycle<DB: Orders + MessageBackend>(db: &TestDb<DB>) {
+async fn messages_follow_the_seed_cycle<DB: Orders>(db: &TestDb<DB>) {
     let store = MessageStore::new(db.pool().clone());
     assert!(store.create(&message("EVT1", "ORDER1")).await.unwrap());
     let mut again = message("EVT1", "ORDER1");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
 use event_sqlx::{
-    Backoff, ChannelPublisher, EventStatus, OutboxConfig, OutboxError, OutboxMessage, PublishError,
+    Backoff, ChannelPublisher, Error, EventStatus, OutboxConfig, OutboxMessage, PublishError,
     Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
@@ -239,7 +239,7 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
     let mut tx = db.pool().begin().await.unwrap();
     DB::save_order(&mut tx, "o-3", "NOTED", 2).await.unwrap();
     let err = db.outbox.commit(tx, uow).await.unwrap_err();
-    assert!(matches!(err, OutboxError::SequenceConflict { .. }), "{err}");
+    assert!(matches!(err, Error::SequenceConflict { .. }), "{err}");
     assert!(err.to_string().contains("Reload the aggregate"), "{err}");
     let mut conn = db.pool().acquire().await.unwrap();
     assert_eq!(
@@ -265,7 +265,7 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
     let mut tx = db.pool().begin().await.unwrap();
     DB::save_order(&mut tx, "o-big", "PLACED", 1).await.unwrap();
     let err = small.commit(tx, uow).await.unwrap_err();
-    assert!(matches!(err, OutboxError::PayloadTooLarge { .. }), "{err}");
+    assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("nothing was written"), "{err}");
     assert_eq!(
         DB::count_orders(db.pool()).await.unwrap(),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use event_sqlx::{Backoff, EventStatus, MessageBackend, MessageEvent, MessageStore, MessageWorker};
+use event_sqlx::{Backoff, EventStatus, HandlerError, MessageEvent, MessageStore, MessageWorker};
 use event_tests::db::{Orders, TestDb};
 
 fn message(no: &str, event_type: &str) -> MessageEvent {
@@ -19,7 +19,7 @@ fn message(no: &str, event_type: &str) -> MessageEvent {
     }
 }
 
-async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(db: &TestDb<DB>) {
+async fn handles_retries_and_cancels_like_the_seed<DB: Orders>(db: &TestDb<DB>) {
     let store = MessageStore::new(db.pool().clone());
     for i in 0..20 {
         store
@@ -31,6 +31,7 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(
     store.create(&message("PAY", "PAY_SUCCESS")).await.unwrap();
     store.create(&message("MAIL", "SEND_MAIL")).await.unwrap();
     store.create(&message("NOBODY", "UNHANDLED")).await.unwrap();
+    store.create(&message("BAD", "IMPORT_ROW")).await.unwrap();
 
     let handled = Arc::new(AtomicUsize::new(0));
     let flaky_calls = Arc::new(AtomicUsize::new(0));
@@ -46,7 +47,8 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(
                 let handled = Arc::clone(&handled);
                 async move {
                     handled.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    // Let the other handlers in the round interleave with this one.
+                    tokio::task::yield_now().await;
                     Ok(())
                 }
             })
@@ -54,16 +56,23 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(
                 let calls = flaky_calls.fetch_add(1, Ordering::SeqCst);
                 async move {
                     if calls < 2 {
-                        Err("stock service timed out".to_owned())
+                        Err(HandlerError::Transient(
+                            "stock service timed out".to_owned(),
+                        ))
                     } else {
                         Ok(())
                     }
                 }
             })
             .handle("PAY_SUCCESS", |_m| async {
-                Err("payment gateway down".to_owned())
+                Err(HandlerError::Transient("payment gateway down".to_owned()))
             })
-            .handle("SEND_MAIL", |_m| async { Err("mailbox full".to_owned()) })
+            .handle("SEND_MAIL", |_m| async {
+                Err(HandlerError::Transient("mailbox full".to_owned()))
+            })
+            .handle("IMPORT_ROW", |_m| async {
+                Err(HandlerError::Permanent("row 7 has no price".to_owned()))
+            })
     };
 
     // Two workers race over the same rows: the claim guard lets one of them run each message.
@@ -105,6 +114,12 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(
         EventStatus::Cancelled,
         "not critical: cancelled after its last retry"
     );
+    let bad = status("BAD").await;
+    assert_eq!(
+        (bad.event_status, bad.retry_count),
+        (EventStatus::Cancelled, 1),
+        "a permanent failure is not retried"
+    );
     assert_eq!(
         status("NOBODY").await.event_status,
         EventStatus::Pending,
@@ -112,9 +127,7 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders + MessageBackend>(
     );
 
     // Shutdown: `run` returns when asked, with nothing in flight.
-    let report = worker
-        .run(tokio::time::sleep(Duration::from_millis(50)))
-        .await;
+    let report = worker.run(std::future::ready(())).await;
     assert_eq!(report.claimed, 0);
 }
 

@@ -218,7 +218,7 @@ async fn pipeline<P: Publisher + 'static>(
     outbox: &Outbox<sqlx::Postgres>,
     publisher: P,
     events: usize,
-    consume: impl AsyncFn() -> Result<usize, event_sqlx::ConsumerStopped>,
+    consume: impl AsyncFn() -> Result<usize, event_sqlx::Error>,
 ) -> anyhow::Result<(usize, Duration)>
 where
     event_sqlx::Relay<sqlx::Postgres, P>: Send + Sync,

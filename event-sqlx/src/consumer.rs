@@ -2,35 +2,51 @@
 //! into transient (retried with backoff), permanent (quarantined with what is needed to recover)
 //! and bugs (the consumer stops and says why), and quarantined events replayed after a fix.
 
-use std::fmt;
-
-use chrono::{DateTime, Utc};
 use event_core::{DomainEvent, EventEnvelope, Upcasters};
-use sha2_free_digest::digest;
 use sqlx::Pool;
 
-use crate::backend::Backend;
-use crate::outbox::now;
-use crate::{Backoff, Handled, Inbox, InboxError, TableName};
+use crate::clock::Clock;
+use crate::config::backoff::Backoff;
+use crate::error::Error;
+use crate::inbox::{Handled, Inbox, InboxError};
+use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
+use crate::sql::dialect::Backend;
+use crate::sql::inbox as sql;
+use crate::status::{FailureClass, QuarantineStatus};
+use crate::table::TableName;
+use body_digest::digest;
 
-/// How a handler failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a handler failed: the convention every handler of the crate follows (consumers and the
+/// message worker).
+///
+/// A database error converts into `Transient` (`?` on a sqlx call), since a database that is
+/// down or deadlocked is usually back on the next attempt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
     /// A dependency is down or slow: try again later.
+    #[error("transient: {0}")]
     Transient(String),
-    /// This event can never be processed as it is (bad input): quarantine it.
+    /// This event can never be processed as it is (bad input): quarantine it (a consumer), or
+    /// stop retrying it (the message worker).
+    #[error("permanent: {0}")]
     Permanent(String),
     /// The code is wrong: stop consuming until it is fixed, then replay.
+    #[error("bug: {0}")]
     Bug(String),
 }
 
-impl fmt::Display for HandlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl HandlerError {
+    /// The message without the class.
+    pub fn message(&self) -> &str {
         match self {
-            HandlerError::Transient(m) => write!(f, "transient: {m}"),
-            HandlerError::Permanent(m) => write!(f, "permanent: {m}"),
-            HandlerError::Bug(m) => write!(f, "bug: {m}"),
+            HandlerError::Transient(m) | HandlerError::Permanent(m) | HandlerError::Bug(m) => m,
         }
+    }
+}
+
+impl From<sqlx::Error> for HandlerError {
+    fn from(error: sqlx::Error) -> Self {
+        HandlerError::Transient(error.to_string())
     }
 }
 
@@ -48,66 +64,6 @@ pub enum Processed {
     /// Older than an event already applied for its aggregate; recorded in the quarantine as
     /// `stale` (only with [`Consumer::reject_stale`]).
     Stale,
-}
-
-/// The consumer must stop: a handler reported a bug, or the database is gone. The message was
-/// not acknowledged, so the broker delivers it again after the fix.
-#[derive(Debug, thiserror::Error)]
-#[error("consumer {consumer} stopped: {reason}")]
-pub struct ConsumerStopped {
-    /// The consumer.
-    pub consumer: String,
-    /// Why.
-    pub reason: String,
-}
-
-/// A quarantined event, as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuarantineRecord {
-    /// Primary key.
-    pub id: i64,
-    /// The consumer.
-    pub consumer: String,
-    /// The consumer version that failed.
-    pub consumer_version: String,
-    /// The eventId, or a digest of a body that could not be read.
-    pub event_id: String,
-    /// The event type, when readable.
-    pub event_type: Option<String>,
-    /// The message as received.
-    pub body: String,
-    /// `permanent`, `transient` (retries exhausted) or `stale`.
-    pub failure_class: String,
-    /// The last failure.
-    pub reason: String,
-    /// Failed attempts.
-    pub retry_count: i32,
-    /// Who recovers it.
-    pub owner: Option<String>,
-    /// Whether it was replayed.
-    pub replayed: bool,
-    /// First failure.
-    pub first_failure_time: DateTime<Utc>,
-    /// Last failure.
-    pub last_failure_time: DateTime<Utc>,
-    /// When it was replayed.
-    pub replay_time: Option<DateTime<Utc>>,
-}
-
-#[doc(hidden)]
-#[allow(unreachable_pub)] // unnameable outside: only the sealed Backend takes it
-#[derive(Debug, Clone)]
-pub struct NewQuarantine {
-    pub(crate) consumer: String,
-    pub(crate) consumer_version: String,
-    pub(crate) event_id: String,
-    pub(crate) event_type: Option<String>,
-    pub(crate) body: String,
-    pub(crate) failure_class: &'static str,
-    pub(crate) reason: String,
-    pub(crate) retry_count: i32,
-    pub(crate) owner: Option<String>,
-    pub(crate) now: DateTime<Utc>,
 }
 
 /// One consumer: its inbox, the upcasters it reads old versions with, its quarantine.
@@ -165,6 +121,15 @@ impl<DB: Backend> Consumer<DB> {
         self
     }
 
+    /// Reads the time from `clock` instead of the system clock: inbox and quarantine times (see
+    /// [`ManualClock`]).
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.inbox = self.inbox.clock(clock);
+        self
+    }
+
     /// Who recovers this consumer's quarantined events.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
@@ -184,7 +149,7 @@ impl<DB: Backend> Consumer<DB> {
         body: &[u8],
         message_id: Option<&str>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
-    ) -> Result<Processed, ConsumerStopped> {
+    ) -> Result<Processed, Error> {
         let envelope: EventEnvelope = match serde_json::from_slice(body) {
             Ok(envelope) => envelope,
             Err(e) => {
@@ -196,7 +161,7 @@ impl<DB: Backend> Consumer<DB> {
                         id,
                         None,
                         body,
-                        "permanent",
+                        FailureClass::Permanent,
                         format!("not an event envelope: {e}"),
                         1,
                     )
@@ -213,7 +178,13 @@ impl<DB: Backend> Consumer<DB> {
                 Ok(event) => event,
                 Err(e) => {
                     return self
-                        .quarantine_envelope(&envelope, body, "permanent", e.to_string(), attempt)
+                        .quarantine_envelope(
+                            &envelope,
+                            body,
+                            FailureClass::Permanent,
+                            e.to_string(),
+                            attempt,
+                        )
                         .await;
                 }
             };
@@ -231,22 +202,29 @@ impl<DB: Backend> Consumer<DB> {
                         "sequence {} of {} {} arrived after sequence {last_applied} was applied",
                         envelope.aggregate_sequence, envelope.aggregate_type, envelope.aggregate_id
                     );
-                    self.quarantine_envelope(&envelope, body, "stale", reason, attempt)
+                    self.quarantine_envelope(&envelope, body, FailureClass::Stale, reason, attempt)
                         .await?;
                     return Ok(Processed::Stale);
                 }
-                Err(InboxError::Handler(HandlerError::Bug(reason))) => {
-                    return Err(ConsumerStopped {
-                        consumer: self.name().to_owned(),
-                        reason: format!(
-                            "the handler reported a bug on {} ({}): {reason}",
+                Err(InboxError::Handler(bug @ HandlerError::Bug(_))) => {
+                    return Err(Error::stopped(
+                        self.name(),
+                        format!(
+                            "the handler reported a bug on {} ({})",
                             envelope.event_id, envelope.event_type
                         ),
-                    });
+                        bug,
+                    ));
                 }
                 Err(InboxError::Handler(HandlerError::Permanent(reason))) => {
                     return self
-                        .quarantine_envelope(&envelope, body, "permanent", reason, attempt)
+                        .quarantine_envelope(
+                            &envelope,
+                            body,
+                            FailureClass::Permanent,
+                            reason,
+                            attempt,
+                        )
                         .await;
                 }
                 Err(InboxError::Handler(HandlerError::Transient(reason))) => reason,
@@ -257,7 +235,7 @@ impl<DB: Backend> Consumer<DB> {
                     .quarantine_envelope(
                         &envelope,
                         body,
-                        "transient",
+                        FailureClass::Transient,
                         format!("still failing after {attempt} attempts: {transient}"),
                         attempt,
                     )
@@ -268,59 +246,102 @@ impl<DB: Backend> Consumer<DB> {
     }
 
     /// Quarantined events of this consumer, oldest first.
-    pub async fn quarantined(&self, limit: u32) -> Result<Vec<QuarantineRecord>, sqlx::Error> {
-        DB::quarantine_select(
-            self.inbox.pool(),
-            &self.quarantine,
-            self.name(),
+    pub async fn quarantined(&self, limit: u32) -> Result<Vec<QuarantineRecord>, Error> {
+        self.quarantine_page(
+            QuarantineStatus::Quarantined,
+            &QuarantineFilter::default(),
             0,
-            i64::from(limit),
+            limit,
         )
         .await
     }
 
-    /// Processes the quarantined events again with `handler` (after a fix), oldest first, and
+    /// Processes the oldest `limit` quarantined events again with `handler` (after a fix), and
     /// marks each one replayed once it is applied or found already applied. Idempotent: the inbox
     /// keeps a replayed event from having its effect twice. Returns how many were replayed.
     pub async fn replay<E: DomainEvent>(
         &self,
         limit: u32,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
-    ) -> Result<usize, ConsumerStopped> {
-        self.replay_matching(limit, |_| true, handler).await
+    ) -> Result<usize, Error> {
+        let page = self.quarantined(limit).await?;
+        self.replay_records(page, &handler).await
     }
 
-    /// [`Consumer::replay`] for the quarantined events `filter` selects: one by its `event_id`,
-    /// those of one event type, one failure class, a time range.
+    /// [`Consumer::replay`] for every quarantined event that `filter` selects (one by its
+    /// `event_id`, those of one event type, one failure class, a time range), however many
+    /// there are: the database selects them, a page at a time.
     pub async fn replay_matching<E: DomainEvent>(
         &self,
-        limit: u32,
-        filter: impl Fn(&QuarantineRecord) -> bool,
+        filter: &QuarantineFilter<'_>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
-    ) -> Result<usize, ConsumerStopped> {
-        let stopped = |e: sqlx::Error| ConsumerStopped {
-            consumer: self.name().to_owned(),
-            reason: format!("quarantine database error: {e}"),
-        };
+    ) -> Result<usize, Error> {
+        const PAGE: u32 = 100;
+        let (mut replayed, mut after_id) = (0, 0);
+        loop {
+            let page = self
+                .quarantine_page(QuarantineStatus::Quarantined, filter, after_id, PAGE)
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(replayed);
+            };
+            after_id = last.id;
+            let full = page.len() == PAGE as usize;
+            replayed += self.replay_records(page, &handler).await?;
+            if !full {
+                return Ok(replayed);
+            }
+        }
+    }
+
+    async fn replay_records<E: DomainEvent>(
+        &self,
+        records: Vec<QuarantineRecord>,
+        handler: &impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+    ) -> Result<usize, Error> {
         let mut replayed = 0;
-        for record in self
-            .quarantined(limit)
-            .await
-            .map_err(stopped)?
-            .into_iter()
-            .filter(|r| filter(r))
-        {
+        for record in records {
             let outcome = self
-                .process::<E>(record.body.as_bytes(), Some(&record.event_id), &handler)
+                .process::<E>(record.body.as_bytes(), Some(&record.event_id), handler)
                 .await?;
             if matches!(outcome, Processed::Applied | Processed::Duplicate) {
-                DB::quarantine_mark_replayed(self.inbox.pool(), &self.quarantine, record.id, now())
+                let mut conn = self.conn().await?;
+                sql::mark_replayed::<DB>(&mut conn, &self.quarantine, record.id, self.inbox.now())
                     .await
-                    .map_err(stopped)?;
+                    .map_err(|e| Error::database(&self.quarantine, e))?;
                 replayed += 1;
             }
         }
         Ok(replayed)
+    }
+
+    async fn quarantine_page(
+        &self,
+        status: QuarantineStatus,
+        filter: &QuarantineFilter<'_>,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<QuarantineRecord>, Error> {
+        let mut conn = self.conn().await?;
+        sql::select_quarantined::<DB>(
+            &mut conn,
+            &self.quarantine,
+            self.name(),
+            status,
+            filter,
+            after_id,
+            i64::from(limit),
+        )
+        .await
+        .map_err(|e| Error::database(&self.quarantine, e))
+    }
+
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, Error> {
+        self.inbox
+            .pool()
+            .acquire()
+            .await
+            .map_err(|e| Error::database(&self.quarantine, e))
     }
 
     /// Deletes inbox records older than `retention`, in batches of `batch`, and returns how many.
@@ -329,18 +350,16 @@ impl<DB: Backend> Consumer<DB> {
         &self,
         retention: std::time::Duration,
         batch: u32,
-    ) -> Result<u64, sqlx::Error> {
-        let before =
-            now() - chrono::TimeDelta::from_std(retention).unwrap_or(chrono::TimeDelta::MAX);
+    ) -> Result<u64, Error> {
+        let before = crate::clock::before(self.inbox.now(), retention);
+        let table = self.inbox.table_name();
         let mut total = 0;
         loop {
-            let deleted = DB::prune_consumed(
-                self.inbox.pool(),
-                self.inbox.table_name(),
-                before,
-                i64::from(batch.max(1)),
-            )
-            .await?;
+            let mut conn = self.conn().await?;
+            let deleted =
+                sql::prune_consumed::<DB>(&mut conn, table, before, i64::from(batch.max(1)))
+                    .await
+                    .map_err(|e| Error::database(table, e))?;
             total += deleted;
             if deleted < u64::from(batch.max(1)) {
                 return Ok(total);
@@ -352,10 +371,10 @@ impl<DB: Backend> Consumer<DB> {
         &self,
         envelope: &EventEnvelope,
         body: &[u8],
-        class: &'static str,
+        class: FailureClass,
         reason: String,
         attempts: u32,
-    ) -> Result<Processed, ConsumerStopped> {
+    ) -> Result<Processed, Error> {
         self.quarantine(
             envelope.event_id.to_string(),
             Some(envelope.event_type.clone()),
@@ -372,10 +391,10 @@ impl<DB: Backend> Consumer<DB> {
         event_id: String,
         event_type: Option<String>,
         body: &[u8],
-        class: &'static str,
+        class: FailureClass,
         reason: String,
         attempts: u32,
-    ) -> Result<Processed, ConsumerStopped> {
+    ) -> Result<Processed, Error> {
         let reason: String = reason.chars().take(1000).collect();
         let entry = NewQuarantine {
             consumer: self.name().to_owned(),
@@ -387,20 +406,24 @@ impl<DB: Backend> Consumer<DB> {
             reason: reason.clone(),
             retry_count: i32::try_from(attempts).unwrap_or(i32::MAX),
             owner: self.owner.clone(),
-            now: now(),
+            now: self.inbox.now(),
         };
-        DB::quarantine_upsert(self.inbox.pool(), &self.quarantine, &entry)
+        let mut conn = self.conn().await?;
+        sql::quarantine::<DB>(&mut conn, &self.quarantine, &entry)
             .await
-            .map_err(|e| ConsumerStopped {
-                consumer: self.name().to_owned(),
-                reason: format!("cannot quarantine {event_id}: {e}"),
+            .map_err(|e| {
+                Error::stopped(
+                    self.name(),
+                    format!("cannot quarantine {event_id}"),
+                    Error::database(&self.quarantine, e),
+                )
             })?;
         tracing::warn!(consumer = self.name(), event_id = %entry.event_id, %reason, "event quarantined");
         Ok(Processed::Quarantined(reason))
     }
 }
 
-mod sha2_free_digest {
+mod body_digest {
     /// A stable name for a body that is not an envelope: `body:` and 16 hex digits of FNV-1a.
     pub(super) fn digest(body: &[u8]) -> String {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

@@ -1,9 +1,13 @@
-//! The errors of the outbox and the relay.
+//! The crate's one error type. Each variant that wraps another error keeps it as its `source`, so
+//! a report (`anyhow`'s `{:#}`, or walking `Error::source`) shows every cause once.
 
-/// Why an outbox operation failed.
+/// A boxed error from a broker client or a user's handler, kept as a source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why an operation of the outbox, the relay, the message store, a consumer or a broker failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum OutboxError {
+pub enum Error {
     /// A payload is larger than the configured maximum; nothing was written.
     #[error(
         "the payload of {event_type} {event_no} is {size} bytes, over the {max}-byte limit; nothing was written. Keep payloads to the snapshot consumers need (large data belongs in the business table), or raise OutboxConfig::max_payload_bytes"
@@ -34,20 +38,23 @@ pub enum OutboxError {
         /// How to fix it.
         hint: &'static str,
     },
-    /// Another event already holds this aggregate sequence.
+    /// Another event already holds this aggregate sequence: the unique key on
+    /// `(aggregate_type, aggregate_id, aggregate_sequence)` refused the row named here.
     #[error(
-        "aggregate {aggregate_type} {aggregate_id} already has an event at one of the sequences {sequences}: another transaction recorded events for it first, or it was loaded at a stale version. Reload the aggregate (its version is Outbox::aggregate_version) and retry the command"
+        "aggregate {aggregate_type} {aggregate_id} already has an event at sequence {sequence} (event {event_no} was refused): another transaction recorded events for it first, or it was loaded at a stale version. Reload the aggregate (its version is Outbox::aggregate_version) and retry the command"
     )]
     SequenceConflict {
         /// Aggregate type.
         aggregate_type: String,
         /// Aggregate id.
         aggregate_id: String,
-        /// The sequences written.
-        sequences: String,
+        /// The sequence that was taken.
+        sequence: i64,
+        /// The event number of the refused row.
+        event_no: String,
     },
     /// The database is unreachable or refused the statement.
-    #[error("database error on {table}: {source}")]
+    #[error("database error on {table}")]
     Database {
         /// The table.
         table: String,
@@ -59,9 +66,84 @@ pub enum OutboxError {
     #[error("{0}")]
     Misconfigured(&'static str),
     /// Running the migrations failed.
-    #[error("applying the event tables' migrations failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("applying the event tables' migrations failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
     /// A stored row could not be read back.
     #[error(transparent)]
-    Record(#[from] crate::record::RecordError),
+    Record(#[from] RecordError),
+    /// A broker could not be reached or set up.
+    #[error("{broker} at {address}: {action}")]
+    Broker {
+        /// `NATS`, `RabbitMQ`, ...
+        broker: &'static str,
+        /// The address connected to.
+        address: String,
+        /// What was being done, e.g. `cannot create stream ORDERS`.
+        action: String,
+        /// What the broker client reported.
+        #[source]
+        source: BoxError,
+    },
+    /// A consumer must stop: its handler reported a bug, or its database or broker is gone. The
+    /// message in hand was not acknowledged, so the broker delivers it again after the fix.
+    #[error("consumer {consumer} stopped: {reason}")]
+    ConsumerStopped {
+        /// The consumer.
+        consumer: String,
+        /// Why, in a sentence.
+        reason: String,
+        /// The error behind it: the handler's, the database's or the broker's.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// A database error on `table`.
+    pub(crate) fn database(table: impl std::fmt::Display, source: sqlx::Error) -> Error {
+        Error::Database {
+            table: table.to_string(),
+            source,
+        }
+    }
+
+    /// A broker error.
+    #[allow(dead_code)] // used by whichever broker features are on
+    pub(crate) fn broker(
+        broker: &'static str,
+        address: &str,
+        action: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Error {
+        Error::Broker {
+            broker,
+            address: address.to_owned(),
+            action: action.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The consumer `consumer` stops for `reason`, caused by `source`.
+    pub(crate) fn stopped(
+        consumer: &str,
+        reason: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Error {
+        Error::ConsumerStopped {
+            consumer: consumer.to_owned(),
+            reason: reason.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// A stored row that cannot be turned back into an envelope.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "outbox row {id} ({event_no}) has {problem}: repair the row, or cancel it with `eventctl outbox cancel {event_no}`"
+)]
+pub struct RecordError {
+    pub(crate) id: i64,
+    pub(crate) event_no: String,
+    pub(crate) problem: String,
 }

@@ -1,12 +1,16 @@
 //! The consumer inbox (seed 003): a handler's writes and the record that it consumed the event
 //! commit together, so a redelivered event has its effect once.
 
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
 use event_core::EventEnvelope;
 use sqlx::Pool;
 
-use crate::TableName;
-use crate::backend::Backend;
-use crate::outbox::now;
+use crate::clock::{self, Clock, SharedClock};
+use crate::sql::dialect::Backend;
+use crate::sql::inbox as sql;
+use crate::table::TableName;
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +34,7 @@ pub enum InboxError<E> {
     #[error("handler failed: {0}")]
     Handler(E),
     /// The database failed.
-    #[error("inbox database error on {table}: {source}")]
+    #[error("inbox database error on {table}")]
     Database {
         /// The inbox table.
         table: String,
@@ -67,6 +71,7 @@ pub struct Inbox<DB: Backend> {
     consumer: String,
     table: TableName,
     reject_stale: bool,
+    clock: SharedClock,
 }
 
 impl<DB: Backend> Inbox<DB> {
@@ -77,7 +82,21 @@ impl<DB: Backend> Inbox<DB> {
             consumer: consumer.into(),
             table: TableName::new("consumed_event").unwrap_or_else(|_| unreachable!()),
             reject_stale: false,
+            clock: clock::system(),
         }
+    }
+
+    /// Reads the time from `clock` instead of the system clock (see [`ManualClock`]).
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The current time of the inbox's clock, as stored.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        clock::stored_now(&*self.clock)
     }
 
     /// Refuses an event older than one already applied for the same aggregate (seed 003: keep a
@@ -120,17 +139,19 @@ impl<DB: Backend> Inbox<DB> {
             source,
         };
         let mut tx = self.pool.begin().await.map_err(db)?;
-        let first = DB::insert_consumed(&mut tx, &self.table, &self.consumer, envelope, now())
-            .await
-            .map_err(db)?;
+        let first =
+            sql::insert_consumed::<DB>(&mut tx, &self.table, &self.consumer, envelope, self.now())
+                .await
+                .map_err(db)?;
         if !first {
             tx.rollback().await.map_err(db)?;
             return Ok(Handled::Duplicate);
         }
         if self.reject_stale {
-            let last = DB::last_applied_sequence(&mut tx, &self.table, &self.consumer, envelope)
-                .await
-                .map_err(db)?;
+            let last =
+                sql::last_applied_sequence::<DB>(&mut tx, &self.table, &self.consumer, envelope)
+                    .await
+                    .map_err(db)?;
             if let Some(last) = last
                 .and_then(|last| u64::try_from(last).ok())
                 .filter(|&last| last > envelope.aggregate_sequence)
@@ -152,6 +173,7 @@ impl<DB: Backend> Clone for Inbox<DB> {
             consumer: self.consumer.clone(),
             table: self.table.clone(),
             reject_stale: self.reject_stale,
+            clock: Arc::clone(&self.clock),
         }
     }
 }

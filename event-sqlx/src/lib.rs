@@ -23,37 +23,60 @@
 //! # Ok(()) }
 //! ```
 
-mod backend;
-mod brokers;
-mod config;
-mod consumer;
+// The layers, each importing only from those below it:
+//   L5  brokers                                   NATS JetStream, RabbitMQ
+//   L4  relay, worker, consumer                   loops that claim, publish, handle
+//   L3  outbox, message, inbox, publisher         one store per table family; where events go
+//   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
+//   L1  row, config                               rows as Rust values; settings
+//   L0  status, table, clock, error               states, names, time, the error type
+
+mod clock;
 mod error;
+mod status;
+mod table;
+
+mod config;
+mod row;
+
+mod sql;
+
 mod inbox;
 mod message;
 mod outbox;
 mod publisher;
-mod record;
+
+mod consumer;
 mod relay;
-mod status;
-mod table;
 mod worker;
 
-pub use backend::message::MessageBackend;
-pub use backend::{Backend, Dialect};
-pub use brokers::{BrokerError, ConsumeReport};
+mod brokers;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{BoxError, Error, RecordError};
+pub use status::{EventStatus, FailureClass, FailureClassError, QuarantineStatus, StatusError};
+pub use table::{TableName, TableNameError};
+
+pub use config::backoff::{Backoff, due_after};
+pub use config::outbox::{OutboxConfig, Route};
+pub use config::relay::RelayConfig;
+pub use row::message::{MessageEvent, MessageRecord};
+pub use row::outbox::{FlushReport, OutboxRecord, StatusCounts};
+pub use row::quarantine::{QuarantineFilter, QuarantineRecord};
+
+pub use sql::dialect::{Backend, Dialect};
+
+pub use inbox::{Handled, Inbox, InboxError};
+pub use message::MessageStore;
+pub use outbox::{Outbox, Republish};
+pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
+
+pub use consumer::{Consumer, HandlerError, Processed};
+pub use relay::{BatchReport, Relay};
+pub use worker::{MessageWorker, WorkerReport};
+
+pub use brokers::ConsumeReport;
 #[cfg(feature = "nats")]
 pub use brokers::{JetStreamSubscription, NatsPublisher};
 #[cfg(feature = "rabbitmq")]
 pub use brokers::{RabbitMqPublisher, RabbitMqSubscription};
-pub use config::{OutboxConfig, Route};
-pub use consumer::{Consumer, ConsumerStopped, HandlerError, Processed, QuarantineRecord};
-pub use error::OutboxError;
-pub use inbox::{Handled, Inbox, InboxError};
-pub use message::{MessageEvent, MessageRecord, MessageStore};
-pub use outbox::{Outbox, Republish};
-pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
-pub use record::{FlushReport, OutboxRecord, RecordError, StatusCounts};
-pub use relay::{Backoff, BatchReport, Relay, RelayConfig, due_after};
-pub use status::{EventStatus, StatusError};
-pub use table::{TableName, TableNameError};
-pub use worker::{MessageWorker, WorkerReport};

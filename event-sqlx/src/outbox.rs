@@ -3,14 +3,19 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use event_core::{EventEnvelope, EventNo, UnitOfWork};
+use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, Select};
-use crate::record::{FlushReport, NewOutboxRow, OutboxRecord, StatusCounts};
-use crate::{OutboxConfig, OutboxError};
+use crate::clock::{self, Clock};
+use crate::config::outbox::OutboxConfig;
+use crate::error::Error;
+use crate::publisher::{OutboxMessage, Publisher};
+use crate::row::outbox::{FlushReport, NewOutboxRow, OutboxRecord, StatusCounts};
+use crate::sql::dialect::Backend;
+use crate::sql::outbox::{self as sql, Select};
 
 /// The transactional outbox on one database.
 ///
@@ -44,13 +49,6 @@ impl<DB: Backend> std::fmt::Debug for Outbox<DB> {
     }
 }
 
-/// The current time as stored: microseconds, UTC.
-pub(crate) fn now() -> DateTime<Utc> {
-    let now = Utc::now();
-    now.duration_trunc(TimeDelta::microseconds(1))
-        .unwrap_or(now)
-}
-
 impl<DB: Backend> Outbox<DB> {
     /// The outbox over `pool`.
     pub fn new(pool: Pool<DB>, config: OutboxConfig) -> Outbox<DB> {
@@ -71,14 +69,30 @@ impl<DB: Backend> Outbox<DB> {
         &self.config
     }
 
+    /// This outbox reading the time from `clock` (see [`OutboxConfig::clock`]); its relays too.
+    /// Relays already made keep the clock they had.
+    pub fn with_clock(mut self, clock: impl Clock) -> Outbox<DB> {
+        self.config = Arc::new(OutboxConfig::clone(&self.config).clock(clock));
+        self
+    }
+
+    /// The current time of the outbox's clock, as stored.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        clock::stored_now(&*self.config.clock)
+    }
+
+    /// A connection from the pool.
+    pub(crate) async fn conn(&self) -> Result<PoolConnection<DB>, Error> {
+        self.pool.acquire().await.map_err(|e| self.db_error(e))
+    }
+
     /// Creates the event tables (`biz_outbox_event`, `biz_message_event`, `consumed_event`) if
     /// they are missing. The migrations keep their own history table, `event_toolkit_migrations`,
     /// so they live beside the application's own sqlx migrations. On SQLite it also switches the
     /// database file to WAL journaling (a setting kept in the file), so that relays read while
     /// the service writes.
-    pub async fn migrate(&self) -> Result<(), OutboxError> {
-        DB::migrate(&self.pool).await?;
-        Ok(())
+    pub async fn migrate(&self) -> Result<(), Error> {
+        DB::migrate(&self.pool).await.map_err(Error::Migrate)
     }
 
     /// Writes `envelopes` to the outbox on `conn`, normally the business transaction, with one
@@ -92,7 +106,7 @@ impl<DB: Backend> Outbox<DB> {
         &self,
         conn: &mut DB::Connection,
         envelopes: &[EventEnvelope],
-    ) -> Result<FlushReport, OutboxError> {
+    ) -> Result<FlushReport, Error> {
         let mut seen = HashSet::with_capacity(envelopes.len());
         let mut rows = Vec::with_capacity(envelopes.len());
         let mut report = FlushReport::default();
@@ -107,13 +121,14 @@ impl<DB: Backend> Outbox<DB> {
         if rows.is_empty() {
             return Ok(report);
         }
-        let inserted = DB::insert_outbox(conn, &self.config.table, &rows)
-            .await
-            .map_err(|e| self.write_error(e, &rows))?;
+        let inserted = match sql::insert::<DB>(conn, &self.config.table, &rows).await {
+            Ok(inserted) => inserted,
+            Err(e) => return Err(self.write_error(conn, e, &rows).await),
+        };
         if !inserted.is_empty()
             && let Some(channel) = &self.config.notify_channel
         {
-            DB::notify_commit(conn, channel)
+            sql::notify_commit::<DB>(conn, channel)
                 .await
                 .map_err(|e| self.db_error(e))?;
         }
@@ -135,7 +150,7 @@ impl<DB: Backend> Outbox<DB> {
         &self,
         mut tx: Transaction<'_, DB>,
         uow: UnitOfWork,
-    ) -> Result<FlushReport, OutboxError> {
+    ) -> Result<FlushReport, Error> {
         let envelopes = uow.commit();
         let report = self.flush(&mut tx, &envelopes).await?;
         tx.commit().await.map_err(|e| self.db_error(e))?;
@@ -161,15 +176,16 @@ impl<DB: Backend> Outbox<DB> {
         conn: &mut DB::Connection,
         aggregate_type: &str,
         aggregate_id: &str,
-    ) -> Result<u64, OutboxError> {
-        let version = DB::aggregate_version(conn, &self.config.table, aggregate_type, aggregate_id)
-            .await
-            .map_err(|e| self.db_error(e))?;
+    ) -> Result<u64, Error> {
+        let version =
+            sql::aggregate_version::<DB>(conn, &self.config.table, aggregate_type, aggregate_id)
+                .await
+                .map_err(|e| self.db_error(e))?;
         Ok(u64::try_from(version).unwrap_or(0))
     }
 
     /// Pending events, oldest first (the seed's 查询待发布事件).
-    pub async fn pending(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+    pub async fn pending(&self, limit: u32) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::Pending {
             limit: i64::from(limit),
         })
@@ -177,18 +193,18 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Failed events with retries left whose retry time has come, earliest first.
-    pub async fn due_retries(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+    pub async fn due_retries(&self, limit: u32) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::DueRetries {
-            now: now(),
+            now: self.now(),
             limit: i64::from(limit),
         })
         .await
     }
 
     /// Events whose relay lease has expired, e.g. after a relay crashed.
-    pub async fn lease_expired(&self, limit: u32) -> Result<Vec<OutboxRecord>, OutboxError> {
+    pub async fn lease_expired(&self, limit: u32) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::LeaseExpired {
-            now: now(),
+            now: self.now(),
             limit: i64::from(limit),
         })
         .await
@@ -199,7 +215,7 @@ impl<DB: Backend> Outbox<DB> {
         &self,
         aggregate_type: &str,
         aggregate_id: &str,
-    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+    ) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::ByAggregate {
             aggregate_type,
             aggregate_id,
@@ -208,7 +224,7 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// One event by its event number.
-    pub async fn by_event_no(&self, event_no: &str) -> Result<Option<OutboxRecord>, OutboxError> {
+    pub async fn by_event_no(&self, event_no: &str) -> Result<Option<OutboxRecord>, Error> {
         Ok(self
             .select(Select::ByEventNo { event_no })
             .await?
@@ -222,9 +238,10 @@ impl<DB: Backend> Outbox<DB> {
         event_type: Option<&str>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
-    ) -> Result<StatusCounts, OutboxError> {
-        let rows = DB::status_counts(
-            &self.pool,
+    ) -> Result<StatusCounts, Error> {
+        let mut conn = self.conn().await?;
+        let rows = crate::sql::status_counts::<DB>(
+            &mut conn,
             &self.config.table,
             "publish_status",
             event_type,
@@ -245,7 +262,7 @@ impl<DB: Backend> Outbox<DB> {
         &self,
         topic: &str,
         limit: u32,
-    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+    ) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::FailedByTopic {
             topic,
             limit: i64::from(limit),
@@ -258,7 +275,7 @@ impl<DB: Backend> Outbox<DB> {
         &self,
         min_retries: u16,
         limit: u32,
-    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+    ) -> Result<Vec<OutboxRecord>, Error> {
         self.select(Select::ManyFailures {
             min_retries: i32::from(min_retries),
             limit: i64::from(limit),
@@ -268,22 +285,21 @@ impl<DB: Backend> Outbox<DB> {
 
     /// Cancels a pending or failed event; true when it was cancelled. Published, in-progress and
     /// already cancelled events are left alone (the seed's state guard).
-    pub async fn cancel(&self, event_no: &str, reason: &str) -> Result<bool, OutboxError> {
+    pub async fn cancel(&self, event_no: &str, reason: &str) -> Result<bool, Error> {
         let Some(record) = self.by_event_no(event_no).await? else {
             return Ok(false);
         };
-        let affected = DB::cancel(&self.pool, &self.config.table, record.id, reason, now())
-            .await
-            .map_err(|e| self.db_error(e))?;
+        let affected = self.cancel_row(record.id, reason).await?;
         Ok(affected == 1)
     }
 
     /// Puts a failed event back to pending for another round of attempts; true when it moved.
-    pub async fn retry(&self, event_no: &str) -> Result<bool, OutboxError> {
+    pub async fn retry(&self, event_no: &str) -> Result<bool, Error> {
         let Some(record) = self.by_event_no(event_no).await? else {
             return Ok(false);
         };
-        let affected = DB::retry(&self.pool, &self.config.table, record.id, now())
+        let mut conn = self.conn().await?;
+        let affected = sql::retry::<DB>(&mut conn, &self.config.table, record.id, self.now())
             .await
             .map_err(|e| self.db_error(e))?;
         if affected == 1 {
@@ -299,7 +315,7 @@ impl<DB: Backend> Outbox<DB> {
         aggregate_type: &str,
         aggregate_id: &str,
         reason: &str,
-    ) -> Result<Option<String>, OutboxError> {
+    ) -> Result<Option<String>, Error> {
         let head = self
             .select(Select::Head {
                 aggregate_type,
@@ -311,9 +327,7 @@ impl<DB: Backend> Outbox<DB> {
         let Some(head) = head else {
             return Ok(None);
         };
-        let affected = DB::cancel(&self.pool, &self.config.table, head.id, reason, now())
-            .await
-            .map_err(|e| self.db_error(e))?;
+        let affected = self.cancel_row(head.id, reason).await?;
         if affected == 1 {
             self.notify_relays();
             Ok(Some(head.event_no))
@@ -326,11 +340,11 @@ impl<DB: Backend> Outbox<DB> {
     /// one event type, or created in a time range (the filters combine). The rows are left as
     /// they are; consumers' inboxes absorb what they already applied. Returns how many were
     /// published and how many failed.
-    pub async fn republish<P: crate::Publisher>(
+    pub async fn republish<P: Publisher>(
         &self,
         filter: &Republish<'_>,
         publisher: &P,
-    ) -> Result<(usize, usize), OutboxError> {
+    ) -> Result<(usize, usize), Error> {
         let (mut published, mut failed, mut after_id) = (0, 0, 0);
         loop {
             let page = self
@@ -347,16 +361,10 @@ impl<DB: Backend> Outbox<DB> {
                 return Ok((published, failed));
             };
             after_id = last.id;
-            let mut messages = Vec::with_capacity(page.len());
-            for record in &page {
-                messages.push(crate::OutboxMessage {
-                    envelope: record.envelope()?,
-                    channel: record.publish_channel.clone(),
-                    topic: record.topic.clone(),
-                    routing_key: record.routing_key.clone(),
-                    retry_count: u32::try_from(record.retry_count).unwrap_or(0),
-                });
-            }
+            let messages = page
+                .iter()
+                .map(OutboxMessage::from_record)
+                .collect::<Result<Vec<_>, _>>()?;
             for result in publisher.publish(&messages).await {
                 if result.is_ok() {
                     published += 1;
@@ -367,47 +375,50 @@ impl<DB: Backend> Outbox<DB> {
         }
     }
 
-    async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, OutboxError> {
-        DB::select(&self.pool, &self.config.table, &select)
+    async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, Error> {
+        let mut conn = self.conn().await?;
+        sql::select::<DB>(&mut conn, &self.config.table, &select)
             .await
             .map_err(|e| self.db_error(e))
     }
 
-    pub(crate) fn db_error(&self, source: sqlx::Error) -> OutboxError {
-        OutboxError::Database {
-            table: self.config.table.to_string(),
-            source,
-        }
+    /// Pending or failed -> cancelled, with the operator's reason cut to the column.
+    async fn cancel_row(&self, id: i64, reason: &str) -> Result<u64, Error> {
+        let reason: String = reason.chars().take(1000).collect();
+        let mut conn = self.conn().await?;
+        sql::cancel::<DB>(&mut conn, &self.config.table, id, &reason, self.now())
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
-    fn write_error(&self, source: sqlx::Error, rows: &[NewOutboxRow]) -> OutboxError {
-        if let sqlx::Error::Database(db) = &source {
-            let text = format!("{} {}", db.message(), db.constraint().unwrap_or_default());
-            if db.is_unique_violation() && text.contains("aggregate") {
-                let first = &rows[0];
-                let sequences: Vec<String> = rows
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{}/{}:{}",
-                            r.aggregate_type, r.aggregate_id, r.aggregate_sequence
-                        )
-                    })
-                    .take(10)
-                    .collect();
-                return OutboxError::SequenceConflict {
-                    aggregate_type: first.aggregate_type.clone(),
-                    aggregate_id: first.aggregate_id.clone(),
-                    sequences: sequences.join(", "),
-                };
+    pub(crate) fn db_error(&self, source: sqlx::Error) -> Error {
+        Error::database(&self.config.table, source)
+    }
+
+    /// A flush's error: a sequence conflict names the row the unique key refused.
+    async fn write_error(
+        &self,
+        conn: &mut DB::Connection,
+        source: sqlx::Error,
+        rows: &[NewOutboxRow],
+    ) -> Error {
+        match sql::sequence_conflict::<DB>(conn, &self.config.table, rows, &source).await {
+            Some(index) => {
+                let row = &rows[index.min(rows.len() - 1)];
+                Error::SequenceConflict {
+                    aggregate_type: row.aggregate_type.clone(),
+                    aggregate_id: row.aggregate_id.clone(),
+                    sequence: row.aggregate_sequence,
+                    event_no: row.event_no.clone(),
+                }
             }
+            None => self.db_error(source),
         }
-        self.db_error(source)
     }
 
-    fn row_for(&self, envelope: &EventEnvelope) -> Result<NewOutboxRow, OutboxError> {
+    fn row_for(&self, envelope: &EventEnvelope) -> Result<NewOutboxRow, Error> {
         let event_no = envelope.event_id.as_str();
-        let too_long = |column, len, max, hint| OutboxError::ValueTooLong {
+        let too_long = |column, len, max, hint| Error::ValueTooLong {
             column,
             event_no: event_no.chars().take(80).collect(),
             len,
@@ -495,7 +506,7 @@ impl<DB: Backend> Outbox<DB> {
         }
         let size = json_len(&envelope.payload);
         if size > self.config.max_payload_bytes {
-            return Err(OutboxError::PayloadTooLarge {
+            return Err(Error::PayloadTooLarge {
                 event_no: event_no.to_owned(),
                 event_type: envelope.event_type.clone(),
                 size,
@@ -560,9 +571,9 @@ impl Outbox<sqlx::Postgres> {
     /// Wakes this process's relays whenever a flush configured with
     /// [`OutboxConfig::notify_postgres`] commits, in any process: LISTENs on the channel in a
     /// background task, reconnecting as sqlx's listener does. Returns that task.
-    pub async fn listen_for_commits(&self) -> Result<tokio::task::JoinHandle<()>, OutboxError> {
+    pub async fn listen_for_commits(&self) -> Result<tokio::task::JoinHandle<()>, Error> {
         let Some(channel) = self.config.notify_channel.clone() else {
-            return Err(OutboxError::Misconfigured(
+            return Err(Error::Misconfigured(
                 "listen_for_commits needs a channel: set one with OutboxConfig::notify_postgres(\"channel\")",
             ));
         };
@@ -573,7 +584,7 @@ impl Outbox<sqlx::Postgres> {
             .listen(&channel)
             .await
             .map_err(|e| self.db_error(e))?;
-        let wakeup = std::sync::Arc::clone(&self.wakeup);
+        let wakeup = Arc::clone(&self.wakeup);
         Ok(tokio::spawn(async move {
             loop {
                 match listener.recv().await {

@@ -3,10 +3,14 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 
 use event_core::EventEnvelope;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc};
+
+use crate::error::{BoxError, RecordError};
+use crate::row::outbox::OutboxRecord;
 
 /// An event on its way to a broker: the envelope and where it goes.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,24 +27,71 @@ pub struct OutboxMessage {
     pub retry_count: u32,
 }
 
-/// Why publishing one message failed. The relay records the reason and retries with backoff.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}")]
+impl OutboxMessage {
+    /// The message for a stored row.
+    pub fn from_record(record: &OutboxRecord) -> Result<OutboxMessage, RecordError> {
+        Ok(OutboxMessage {
+            envelope: record.envelope()?,
+            channel: record.publish_channel.clone(),
+            topic: record.topic.clone(),
+            routing_key: record.routing_key.clone(),
+            retry_count: u32::try_from(record.retry_count).unwrap_or(0),
+        })
+    }
+}
+
+/// Why publishing one message failed. The relay records [`PublishError::reason`] in the row's
+/// `fail_reason` and retries with backoff.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{context}")]
 pub struct PublishError {
+    context: String,
     reason: String,
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl PublishError {
-    /// A failure with a reason for the `fail_reason` column (cut to 1000 characters).
+    /// A failure described by `reason`.
     pub fn new(reason: impl Display) -> PublishError {
+        let context = cut(reason.to_string());
         PublishError {
-            reason: reason.to_string().chars().take(1000).collect(),
+            reason: context.clone(),
+            context,
+            source: None,
         }
     }
 
-    /// The reason.
+    /// A failure described by `context` (what was being done), caused by `source` (the broker
+    /// client's error), which is kept as the error's source.
+    pub fn with_source(context: impl Display, source: impl Into<BoxError>) -> PublishError {
+        let source: BoxError = source.into();
+        let context = cut(context.to_string());
+        PublishError {
+            reason: cut(format!("{context}: {source}")),
+            context,
+            source: Some(Arc::from(source)),
+        }
+    }
+
+    /// The reason as stored in `fail_reason`: the context and its cause, cut to 1000
+    /// characters.
     pub fn reason(&self) -> &str {
         &self.reason
+    }
+}
+
+impl PartialEq for PublishError {
+    fn eq(&self, other: &Self) -> bool {
+        self.reason == other.reason
+    }
+}
+
+fn cut(text: String) -> String {
+    if text.chars().count() <= 1000 {
+        text
+    } else {
+        text.chars().take(1000).collect()
     }
 }
 
@@ -76,12 +127,9 @@ impl Publisher for ChannelPublisher {
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let mut results = Vec::with_capacity(messages.len());
         for message in messages {
-            results.push(
-                self.sender
-                    .send(message.clone())
-                    .await
-                    .map_err(|_| PublishError::new("the receiving end of the channel was dropped")),
-            );
+            results.push(self.sender.send(message.clone()).await.map_err(|e| {
+                PublishError::with_source("the receiving end of the channel was dropped", e)
+            }));
         }
         results
     }
@@ -130,15 +178,20 @@ impl Publisher for JsonLinesPublisher {
             let result = match serde_json::to_vec(&message.envelope) {
                 Ok(mut line) => {
                     line.push(b'\n');
-                    out.write_all(&line).await.map_err(PublishError::new)
+                    out.write_all(&line)
+                        .await
+                        .map_err(|e| PublishError::with_source("cannot write the line", e))
                 }
-                Err(e) => Err(PublishError::new(e)),
+                Err(e) => Err(PublishError::with_source(
+                    "cannot serialize the envelope",
+                    e,
+                )),
             };
             results.push(result);
         }
         // A line counts as published once it reached the file.
         if let Err(e) = out.flush().await {
-            let error = PublishError::new(e);
+            let error = PublishError::with_source("cannot flush the output", e);
             return messages.iter().map(|_| Err(error.clone())).collect();
         }
         results

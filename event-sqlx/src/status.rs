@@ -1,5 +1,5 @@
-//! The status machine both seed tables share: `publish_status` of the outbox and `event_status`
-//! of the message event table.
+//! The states rows are in: the status machine both seed tables share (`publish_status` of the
+//! outbox, `event_status` of the message event table), and the quarantine's class and status.
 
 use std::fmt;
 
@@ -30,7 +30,7 @@ pub enum EventStatus {
 /// A status value that is not one of 0..=4.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown event status {0}: the statuses are 0 pending, 1 in progress, 2 succeeded, 3 failed, 4 cancelled"
+    "unknown status {0}: event statuses are 0 pending, 1 in progress, 2 succeeded, 3 failed, 4 cancelled; quarantine statuses 0 quarantined, 2 replayed"
 )]
 pub struct StatusError(pub i64);
 
@@ -45,7 +45,7 @@ impl EventStatus {
     ];
 
     /// The stored value.
-    pub fn code(self) -> i16 {
+    pub const fn code(self) -> i16 {
         self as i16
     }
 
@@ -100,6 +100,105 @@ impl fmt::Display for EventStatus {
     }
 }
 
+/// Why a consumer put an event in the quarantine (the `failure_class` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailureClass {
+    /// The event can never be processed as it is: bad input, or a version no upcaster reads.
+    Permanent,
+    /// A dependency kept failing after every attempt.
+    Transient,
+    /// Older than an event already applied for its aggregate (with `reject_stale`).
+    Stale,
+}
+
+/// A `failure_class` value that is none of `permanent`, `transient`, `stale`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown failure class `{0}`: the classes are permanent, transient and stale")]
+pub struct FailureClassError(pub String);
+
+impl FailureClass {
+    /// Every class.
+    pub const ALL: [FailureClass; 3] = [
+        FailureClass::Permanent,
+        FailureClass::Transient,
+        FailureClass::Stale,
+    ];
+
+    /// The stored name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureClass::Permanent => "permanent",
+            FailureClass::Transient => "transient",
+            FailureClass::Stale => "stale",
+        }
+    }
+
+    /// The class of a stored name.
+    pub fn from_name(name: &str) -> Result<FailureClass, FailureClassError> {
+        FailureClass::ALL
+            .into_iter()
+            .find(|class| class.name() == name)
+            .ok_or_else(|| FailureClassError(name.chars().take(40).collect()))
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for FailureClass {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// Where a quarantined event stands (the `status` column of `quarantined_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QuarantineStatus {
+    /// 0: waiting for a fix and a replay.
+    Quarantined = 0,
+    /// 2: replayed: applied, or found already applied.
+    Replayed = 2,
+}
+
+impl QuarantineStatus {
+    /// The stored value.
+    pub const fn code(self) -> i16 {
+        self as i16
+    }
+
+    /// The status of a stored value.
+    pub fn from_code(code: i64) -> Result<QuarantineStatus, StatusError> {
+        match code {
+            0 => Ok(QuarantineStatus::Quarantined),
+            2 => Ok(QuarantineStatus::Replayed),
+            other => Err(StatusError(other)),
+        }
+    }
+
+    /// A lowercase name for people and JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuarantineStatus::Quarantined => "quarantined",
+            QuarantineStatus::Replayed => "replayed",
+        }
+    }
+}
+
+impl fmt::Display for QuarantineStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for QuarantineStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::EventStatus::{self, *};
@@ -111,6 +210,24 @@ mod tests {
         }
         assert!(EventStatus::from_code(5).is_err());
         assert!(EventStatus::from_code(-1).is_err());
+    }
+
+    #[test]
+    fn failure_classes_and_quarantine_statuses_round_trip() {
+        for class in super::FailureClass::ALL {
+            assert_eq!(super::FailureClass::from_name(class.name()), Ok(class));
+        }
+        assert!(super::FailureClass::from_name("flaky").is_err());
+        for status in [
+            super::QuarantineStatus::Quarantined,
+            super::QuarantineStatus::Replayed,
+        ] {
+            assert_eq!(
+                super::QuarantineStatus::from_code(i64::from(status.code())),
+                Ok(status)
+            );
+        }
+        assert!(super::QuarantineStatus::from_code(1).is_err());
     }
 
     #[test]

@@ -10,15 +10,21 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use crate::backend::message::MessageBackend;
-use crate::{Backoff, MessageRecord, MessageStore, OutboxError};
+use crate::config::backoff::Backoff;
+use crate::consumer::HandlerError;
+use crate::error::Error;
+use crate::message::MessageStore;
+use crate::row::message::MessageRecord;
+use crate::sql::dialect::Backend;
 
 type Handler = Arc<
-    dyn Fn(MessageRecord) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync,
+    dyn Fn(MessageRecord) -> Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>
+        + Send
+        + Sync,
 >;
 
 /// Runs handlers for the message events in a [`MessageStore`].
-pub struct MessageWorker<DB: MessageBackend> {
+pub struct MessageWorker<DB: Backend> {
     store: MessageStore<DB>,
     handlers: HashMap<String, Handler>,
     concurrency: usize,
@@ -29,7 +35,7 @@ pub struct MessageWorker<DB: MessageBackend> {
     cancel_exhausted: bool,
 }
 
-impl<DB: MessageBackend> std::fmt::Debug for MessageWorker<DB> {
+impl<DB: Backend> std::fmt::Debug for MessageWorker<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MessageWorker")
             .field("event_types", &self.handlers.keys().collect::<Vec<_>>())
@@ -53,7 +59,7 @@ pub struct WorkerReport {
     pub lost_claims: usize,
 }
 
-impl<DB: MessageBackend> MessageWorker<DB> {
+impl<DB: Backend> MessageWorker<DB> {
     /// A worker over `store`: 4 handlers at a time, 100 rows a round, the default backoff,
     /// exhausted messages left failed.
     pub fn new(store: MessageStore<DB>) -> MessageWorker<DB> {
@@ -69,11 +75,15 @@ impl<DB: MessageBackend> MessageWorker<DB> {
         }
     }
 
-    /// Handles `event_type` with `handler`; an `Err` is the failure reason.
+    /// Handles `event_type` with `handler`. Its errors follow the crate's [`HandlerError`]
+    /// convention: a transient failure or a bug marks the message failed, retried on the backoff
+    /// schedule while retries remain (a bug is logged as an error); a permanent failure marks it
+    /// failed and cancels it at once, except for critical types, which stay failed for an
+    /// operator.
     pub fn handle<F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
     where
         F: Fn(MessageRecord) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), String>> + Send + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         self.handlers.insert(
             event_type.into(),
@@ -121,7 +131,7 @@ impl<DB: MessageBackend> MessageWorker<DB> {
     /// One round: pending and due messages of the handled types are claimed one by one (the
     /// seed's guarded UPDATE; only the worker whose update changed the row runs it), handled
     /// with bounded concurrency, and marked.
-    pub async fn run_once(&self) -> Result<WorkerReport, OutboxError> {
+    pub async fn run_once(&self) -> Result<WorkerReport, Error> {
         let mut candidates = self.store.pending(self.batch).await?;
         candidates.extend(self.store.due_retries(self.batch).await?);
         candidates.retain(|m| self.handlers.contains_key(&m.event_type));
@@ -135,17 +145,18 @@ impl<DB: MessageBackend> MessageWorker<DB> {
             }
         }
         report.claimed = claimed.len();
-        let results: Vec<(MessageRecord, Result<(), String>)> = futures_util::stream::iter(claimed)
-            .map(|record| {
-                let handler = Arc::clone(&self.handlers[&record.event_type]);
-                async move {
-                    let outcome = handler(record.clone()).await;
-                    (record, outcome)
-                }
-            })
-            .buffer_unordered(self.concurrency)
-            .collect()
-            .await;
+        let results: Vec<(MessageRecord, Result<(), HandlerError>)> =
+            futures_util::stream::iter(claimed)
+                .map(|record| {
+                    let handler = Arc::clone(&self.handlers[&record.event_type]);
+                    async move {
+                        let outcome = handler(record.clone()).await;
+                        (record, outcome)
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
         for (record, outcome) in results {
             match outcome {
                 Ok(()) => {
@@ -153,24 +164,37 @@ impl<DB: MessageBackend> MessageWorker<DB> {
                         report.succeeded += 1;
                     }
                 }
-                Err(reason) => {
+                Err(error) => {
+                    if let HandlerError::Bug(_) = &error {
+                        tracing::error!(event_no = %record.event_no, %error, "message handler reported a bug; retried on the backoff schedule");
+                    }
                     let failures = u32::try_from(record.retry_count).unwrap_or(0) + 1;
                     self.store
-                        .fail(record.id, &reason, self.backoff.delay(failures))
+                        .fail(record.id, error.message(), self.backoff.delay(failures))
                         .await?;
                     report.failed += 1;
                     let exhausted = i64::from(failures) >= i64::from(record.max_retry_count);
-                    if exhausted
-                        && self.cancel_exhausted
-                        && !self.critical.contains(&record.event_type)
-                        && self
-                            .store
-                            .cancel_exhausted(
-                                record.id,
-                                "exceeded the maximum retry count; cancelled automatically",
-                            )
-                            .await?
-                    {
+                    let critical = self.critical.contains(&record.event_type);
+                    let cancelled = match error {
+                        HandlerError::Permanent(_) if !critical => {
+                            self.store
+                                .cancel_failed(
+                                    record.id,
+                                    "the handler reported a permanent failure",
+                                )
+                                .await?
+                        }
+                        _ if exhausted && self.cancel_exhausted && !critical => {
+                            self.store
+                                .cancel_exhausted(
+                                    record.id,
+                                    "exceeded the maximum retry count; cancelled automatically",
+                                )
+                                .await?
+                        }
+                        _ => false,
+                    };
+                    if cancelled {
                         report.cancelled += 1;
                     }
                 }
@@ -210,7 +234,7 @@ impl<DB: MessageBackend> MessageWorker<DB> {
     }
 }
 
-impl<DB: MessageBackend> Clone for MessageWorker<DB> {
+impl<DB: Backend> Clone for MessageWorker<DB> {
     fn clone(&self) -> Self {
         MessageWorker {
             store: self.store.clone(),

@@ -1,4 +1,4 @@
-//! Publishers to real brokers, behind cargo features: NATS JetStream (`nats`) and RabbitMQ
+//! Layer 5: publishers and subscriptions on real brokers, behind cargo features: NATS JetStream (`nats`) and RabbitMQ
 //! (`rabbitmq`). Each sends the envelope's JSON, the same shape on every transport, with the
 //! event number as the broker's deduplication id and the event's metadata as headers.
 
@@ -25,12 +25,14 @@ pub struct ConsumeReport {
 
 impl ConsumeReport {
     #[allow(dead_code)] // used by whichever broker features are on
-    pub(crate) fn count(&mut self, outcome: &crate::Processed) {
+    pub(crate) fn count(&mut self, outcome: &crate::consumer::Processed) {
         match outcome {
-            crate::Processed::Applied => self.applied += 1,
-            crate::Processed::Duplicate => self.duplicates += 1,
-            crate::Processed::Ignored => self.ignored += 1,
-            crate::Processed::Quarantined(_) | crate::Processed::Stale => self.quarantined += 1,
+            crate::consumer::Processed::Applied => self.applied += 1,
+            crate::consumer::Processed::Duplicate => self.duplicates += 1,
+            crate::consumer::Processed::Ignored => self.ignored += 1,
+            crate::consumer::Processed::Quarantined(_) | crate::consumer::Processed::Stale => {
+                self.quarantined += 1
+            }
         }
     }
 
@@ -46,30 +48,6 @@ impl ConsumeReport {
 pub use rabbitmq::{RabbitMqPublisher, RabbitMqSubscription};
 
 use crate::publisher::OutboxMessage;
-
-/// Why a broker could not be reached or set up.
-#[derive(Debug, thiserror::Error)]
-#[error("{broker} at {address}: {reason}")]
-pub struct BrokerError {
-    broker: &'static str,
-    address: String,
-    reason: String,
-}
-
-impl BrokerError {
-    #[allow(dead_code)] // used by whichever broker features are on
-    pub(crate) fn new(
-        broker: &'static str,
-        address: &str,
-        reason: impl std::fmt::Display,
-    ) -> BrokerError {
-        BrokerError {
-            broker,
-            address: address.to_owned(),
-            reason: reason.to_string(),
-        }
-    }
-}
 
 /// The headers every transport carries, besides the broker's own deduplication id.
 #[allow(dead_code)] // used by whichever broker features are on
@@ -92,9 +70,9 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
 /// Drains again and again until `shutdown` completes, finishing the drain in hand first.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) async fn run_until(
-    mut drain: impl AsyncFnMut() -> Result<ConsumeReport, crate::ConsumerStopped>,
+    mut drain: impl AsyncFnMut() -> Result<ConsumeReport, crate::error::Error>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<ConsumeReport, crate::ConsumerStopped> {
+) -> Result<ConsumeReport, crate::error::Error> {
     let mut total = ConsumeReport::default();
     tokio::pin!(shutdown);
     loop {

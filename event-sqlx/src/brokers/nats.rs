@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
-use super::{BrokerError, event_headers};
+use super::event_headers;
+use crate::error::{BoxError, Error};
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 
 /// Publishes to NATS JetStream on the subject `<topic>.<routing_key>` (either alone when the other
@@ -21,12 +22,12 @@ pub struct NatsPublisher {
 
 impl NatsPublisher {
     /// Connects to the NATS server at `address` (e.g. `nats://127.0.0.1:4222`).
-    pub async fn connect(address: &str) -> Result<NatsPublisher, BrokerError> {
+    pub async fn connect(address: &str) -> Result<NatsPublisher, Error> {
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
             .connect(address)
             .await
-            .map_err(|e| BrokerError::new("NATS", address, format!("cannot connect: {e}")))?;
+            .map_err(|e| Error::broker("NATS", address, "cannot connect", e))?;
         let mut jetstream = jetstream::new(client);
         jetstream.set_timeout(Duration::from_secs(10));
         Ok(NatsPublisher {
@@ -49,11 +50,7 @@ impl NatsPublisher {
 
     /// Creates the stream `name` capturing `subjects` (e.g. `order.event.>`) unless it exists, with
     /// a two-minute duplicate window.
-    pub async fn ensure_stream(
-        &self,
-        name: &str,
-        subjects: Vec<String>,
-    ) -> Result<(), BrokerError> {
+    pub async fn ensure_stream(&self, name: &str, subjects: Vec<String>) -> Result<(), Error> {
         self.jetstream
             .get_or_create_stream(jetstream::stream::Config {
                 name: name.to_owned(),
@@ -63,10 +60,11 @@ impl NatsPublisher {
             })
             .await
             .map_err(|e| {
-                BrokerError::new(
+                Error::broker(
                     "NATS",
                     &self.address,
-                    format!("cannot create stream {name}: {e}"),
+                    format!("cannot create stream {name}"),
+                    e,
                 )
             })?;
         Ok(())
@@ -98,8 +96,11 @@ impl Publisher for NatsPublisher {
                     .jetstream
                     .publish_with_headers(Self::subject(message), headers, payload.into())
                     .await
-                    .map_err(|e| PublishError::new(format!("NATS publish failed: {e}"))),
-                Err(e) => Err(PublishError::new(e)),
+                    .map_err(|e| PublishError::with_source("NATS publish failed", e)),
+                Err(e) => Err(PublishError::with_source(
+                    "cannot serialize the envelope",
+                    e,
+                )),
             };
             pending.push(sent);
         }
@@ -107,7 +108,7 @@ impl Publisher for NatsPublisher {
         for sent in pending {
             results.push(match sent {
                 Ok(ack) => ack.await.map(drop).map_err(|e| {
-                    PublishError::new(format!("NATS did not acknowledge the publish: {e}"))
+                    PublishError::with_source("NATS did not acknowledge the publish", e)
                 }),
                 Err(e) => Err(e),
             });
@@ -136,19 +137,20 @@ impl JetStreamSubscription {
         durable: &str,
         filter_subject: &str,
         ack_wait: Duration,
-    ) -> Result<JetStreamSubscription, BrokerError> {
-        let fail = |e: &dyn std::fmt::Display| {
-            BrokerError::new(
+    ) -> Result<JetStreamSubscription, Error> {
+        let fail = |e: BoxError| {
+            Error::broker(
                 "NATS",
                 &publisher.address,
-                format!("consumer {durable} on {stream}: {e}"),
+                format!("cannot set up consumer {durable} on {stream}"),
+                e,
             )
         };
         let stream = publisher
             .jetstream
             .get_stream(stream)
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
         let consumer = stream
             .get_or_create_consumer(
                 durable,
@@ -161,18 +163,18 @@ impl JetStreamSubscription {
                 },
             )
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
         Ok(JetStreamSubscription { consumer })
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
     /// and reports what it did. A consumer that must stop (a bug) returns the error.
-    pub async fn run<DB: crate::Backend, E: event_core::DomainEvent>(
+    pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
-        consumer: &crate::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
+        consumer: &crate::consumer::Consumer<DB>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
         shutdown: impl std::future::Future<Output = ()>,
-    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+    ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
             async || {
                 self.drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
@@ -184,18 +186,15 @@ impl JetStreamSubscription {
     }
 
     /// Processes messages until a fetch waits `idle` without any, and reports what it did.
-    pub async fn drain<DB: crate::Backend, E: event_core::DomainEvent>(
+    pub async fn drain<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
-        consumer: &crate::Consumer<DB>,
+        consumer: &crate::consumer::Consumer<DB>,
         idle: Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
-    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+    ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
-        let stopped = |e: &dyn std::fmt::Display| crate::ConsumerStopped {
-            consumer: consumer.name().to_owned(),
-            reason: format!("JetStream: {e}"),
-        };
-        let mut report = crate::ConsumeReport::default();
+        let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
+        let mut report = super::ConsumeReport::default();
         loop {
             let mut batch = self
                 .consumer
@@ -204,10 +203,10 @@ impl JetStreamSubscription {
                 .expires(idle)
                 .messages()
                 .await
-                .map_err(|e| stopped(&e))?;
+                .map_err(|e| stopped(e.into()))?;
             let mut seen = 0;
             while let Some(message) = batch.next().await {
-                let message = message.map_err(|e| stopped(&e))?;
+                let message = message.map_err(&stopped)?;
                 seen += 1;
                 let id = message
                     .headers
@@ -218,7 +217,7 @@ impl JetStreamSubscription {
                     .process::<E>(&message.payload, id.as_deref(), &handler)
                     .await?;
                 report.count(&outcome);
-                message.ack().await.map_err(|e| stopped(&e))?;
+                message.ack().await.map_err(&stopped)?;
             }
             if seen == 0 {
                 return Ok(report);

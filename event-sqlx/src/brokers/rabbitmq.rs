@@ -6,7 +6,8 @@ use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
 
-use super::{BrokerError, event_headers};
+use super::event_headers;
+use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 
 /// Publishes to RabbitMQ with publisher confirms: exchange = the row's topic, routing key = its
@@ -24,10 +25,8 @@ pub struct RabbitMqPublisher {
 impl RabbitMqPublisher {
     /// Connects to `address` (e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`) and turns on publisher
     /// confirms.
-    pub async fn connect(address: &str) -> Result<RabbitMqPublisher, BrokerError> {
-        let fail = |what: &str, e: lapin::Error| {
-            BrokerError::new("RabbitMQ", address, format!("{what}: {e}"))
-        };
+    pub async fn connect(address: &str) -> Result<RabbitMqPublisher, Error> {
+        let fail = |what: &str, e: lapin::Error| Error::broker("RabbitMQ", address, what, e);
         let connection = Connection::connect(address, ConnectionProperties::default())
             .await
             .map_err(|e| fail("cannot connect", e))?;
@@ -52,7 +51,7 @@ impl RabbitMqPublisher {
     }
 
     /// Declares a durable topic exchange `name` unless it exists.
-    pub async fn declare_exchange(&self, name: &str) -> Result<(), BrokerError> {
+    pub async fn declare_exchange(&self, name: &str) -> Result<(), Error> {
         self.channel
             .exchange_declare(
                 ShortString::from(name),
@@ -65,10 +64,11 @@ impl RabbitMqPublisher {
             )
             .await
             .map_err(|e| {
-                BrokerError::new(
+                Error::broker(
                     "RabbitMQ",
                     &self.address,
-                    format!("cannot declare exchange {name}: {e}"),
+                    format!("cannot declare exchange {name}"),
+                    e,
                 )
             })
     }
@@ -104,8 +104,11 @@ impl Publisher for RabbitMqPublisher {
                         properties,
                     )
                     .await
-                    .map_err(|e| PublishError::new(format!("RabbitMQ publish failed: {e}"))),
-                Err(e) => Err(PublishError::new(e)),
+                    .map_err(|e| PublishError::with_source("RabbitMQ publish failed", e)),
+                Err(e) => Err(PublishError::with_source(
+                    "cannot serialize the envelope",
+                    e,
+                )),
             };
             pending.push((message, sent));
         }
@@ -121,7 +124,7 @@ impl Publisher for RabbitMqPublisher {
                     ))),
                     Ok(Confirmation::Nack(None)) => Err(PublishError::new("RabbitMQ refused the message (nack)")),
                     Ok(Confirmation::NotRequested) => Err(PublishError::new("publisher confirms are off on this channel")),
-                    Err(e) => Err(PublishError::new(format!("RabbitMQ did not confirm the publish: {e}"))),
+                    Err(e) => Err(PublishError::with_source("RabbitMQ did not confirm the publish", e)),
                 },
                 Err(e) => Err(e),
             });
@@ -147,14 +150,10 @@ impl RabbitMqSubscription {
         exchange: &str,
         queue: &str,
         binding_key: &str,
-    ) -> Result<RabbitMqSubscription, BrokerError> {
+    ) -> Result<RabbitMqSubscription, Error> {
         use lapin::options::{BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
         let fail = |what: &str, e: lapin::Error| {
-            BrokerError::new(
-                "RabbitMQ",
-                &publisher.address,
-                format!("{what} {queue}: {e}"),
-            )
+            Error::broker("RabbitMQ", &publisher.address, format!("{what} {queue}"), e)
         };
         let channel = publisher
             ._connection
@@ -194,12 +193,12 @@ impl RabbitMqSubscription {
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
     /// and reports what it did. A consumer that must stop (a bug) returns the error.
-    pub async fn run<DB: crate::Backend, E: event_core::DomainEvent>(
+    pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
-        consumer: &crate::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
+        consumer: &crate::consumer::Consumer<DB>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
         shutdown: impl std::future::Future<Output = ()>,
-    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+    ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
             async || {
                 self.drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
@@ -211,20 +210,17 @@ impl RabbitMqSubscription {
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
-    pub async fn drain<DB: crate::Backend, E: event_core::DomainEvent>(
+    pub async fn drain<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
-        consumer: &crate::Consumer<DB>,
+        consumer: &crate::consumer::Consumer<DB>,
         idle: std::time::Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::HandlerError>,
-    ) -> Result<crate::ConsumeReport, crate::ConsumerStopped> {
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+    ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
         use lapin::options::{
             BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
         };
-        let stopped = |e: &dyn std::fmt::Display| crate::ConsumerStopped {
-            consumer: consumer.name().to_owned(),
-            reason: format!("RabbitMQ: {e}"),
-        };
+        let stopped = |e: lapin::Error| Error::stopped(consumer.name(), "RabbitMQ failed", e);
         let tag = format!("{}-{}", consumer.name(), std::process::id());
         let mut deliveries = self
             .channel
@@ -235,14 +231,14 @@ impl RabbitMqSubscription {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| stopped(&e))?;
-        let mut report = crate::ConsumeReport::default();
+            .map_err(&stopped)?;
+        let mut report = super::ConsumeReport::default();
         let result = loop {
             let delivery = match tokio::time::timeout(idle, deliveries.next()).await {
                 Err(_) | Ok(None) => break Ok(report),
                 Ok(Some(delivery)) => match delivery {
                     Ok(delivery) => delivery,
-                    Err(e) => break Err(stopped(&e)),
+                    Err(e) => break Err(stopped(e)),
                 },
             };
             let id = delivery
@@ -257,7 +253,7 @@ impl RabbitMqSubscription {
                 Ok(outcome) => {
                     report.count(&outcome);
                     if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
-                        break Err(stopped(&e));
+                        break Err(stopped(e));
                     }
                 }
                 Err(stop) => {

@@ -1,10 +1,11 @@
-//! Rows of the outbox table as Rust values.
+//! Rows of the outbox table (`biz_outbox_event`) as Rust values.
 
 use chrono::{DateTime, Utc};
 use event_core::{EventEnvelope, EventHeaders, EventNo};
 use serde_json::Value;
 
-use crate::EventStatus;
+use crate::error::RecordError;
+use crate::status::EventStatus;
 
 /// One row of `biz_outbox_event`, every column.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -65,17 +66,6 @@ pub struct OutboxRecord {
     pub update_time: DateTime<Utc>,
 }
 
-/// A stored row that cannot be turned back into an envelope.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "outbox row {id} ({event_no}) has {problem}: repair the row, or cancel it with `eventctl outbox cancel {event_no}`"
-)]
-pub struct RecordError {
-    id: i64,
-    event_no: String,
-    problem: String,
-}
-
 impl OutboxRecord {
     /// The envelope the row stores.
     pub fn envelope(&self) -> Result<EventEnvelope, RecordError> {
@@ -122,9 +112,7 @@ pub struct FlushReport {
 
 /// A row to insert, validated.
 #[derive(Debug, Clone)]
-#[doc(hidden)]
-#[allow(unreachable_pub)] // unnameable outside: only the sealed Backend takes it
-pub struct NewOutboxRow {
+pub(crate) struct NewOutboxRow {
     pub(crate) event_no: String,
     pub(crate) aggregate_type: String,
     pub(crate) aggregate_id: String,

@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use crate::TableName;
+use crate::clock::{Clock, SharedClock};
+use crate::table::TableName;
 
 /// Where an event type is published: the `publish_channel`, `topic` and `routing_key` columns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,7 @@ pub struct OutboxConfig {
     pub(crate) max_retry_count: i32,
     pub(crate) routes: HashMap<String, Route>,
     pub(crate) notify_channel: Option<String>,
+    pub(crate) clock: SharedClock,
 }
 
 impl Default for OutboxConfig {
@@ -46,6 +48,7 @@ impl Default for OutboxConfig {
             max_retry_count: 5,
             routes: HashMap::new(),
             notify_channel: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -85,6 +88,15 @@ impl OutboxConfig {
     /// once instead of at their next poll. Ignored on MySQL and SQLite.
     pub fn notify_postgres(mut self, channel: impl Into<String>) -> Self {
         self.notify_channel = Some(channel.into());
+        self
+    }
+
+    /// Reads the time from `clock` instead of the system clock: the outbox's writes and queries,
+    /// and its relays' claims, leases and retry times. For tests (see [`ManualClock`]).
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = std::sync::Arc::new(clock);
         self
     }
 

@@ -1,0 +1,218 @@
+//! The statements of a consumer's tables: the inbox (`consumed_event`) and the quarantine
+//! (`quarantined_event`).
+
+use chrono::{DateTime, Utc};
+use event_core::EventEnvelope;
+
+use super::dialect::{Backend, Columns, Merge, Sql};
+use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
+use crate::status::{FailureClass, QuarantineStatus};
+use crate::table::TableName;
+
+const QUARANTINED: i16 = QuarantineStatus::Quarantined.code();
+const REPLAYED: i16 = QuarantineStatus::Replayed.code();
+
+/// Records `(consumer, event_id)` on `conn`; false when it was there (seed 003's inbox write;
+/// never `INSERT IGNORE`, which also swallows other errors). The caller rolls a duplicate back.
+pub(crate) async fn insert_consumed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    envelope: &EventEnvelope,
+    now: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, \
+         aggregate_sequence) VALUES ("
+    ));
+    q.bind(consumer)
+        .push(", ")
+        .bind(envelope.event_id.as_str())
+        .push(", ")
+        .bind(now)
+        .push(", ")
+        .bind(envelope.aggregate_type.as_str())
+        .push(", ")
+        .bind(envelope.aggregate_id.as_str())
+        .push(", ")
+        .bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX))
+        .push(")");
+    q.push(
+        DB::DIALECT.insert_ignoring_duplicate("consumer, event_id", "deliveries = deliveries + 1"),
+    );
+    Ok(q.execute(conn).await? == 1)
+}
+
+/// The highest aggregate sequence `consumer` applied for the envelope's aggregate, other than
+/// the envelope itself.
+pub(crate) async fn last_applied_sequence<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    envelope: &EventEnvelope,
+) -> Result<Option<i64>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT MAX(aggregate_sequence) AS last_sequence FROM {table} WHERE consumer = "
+    ));
+    q.bind(consumer)
+        .push(" AND aggregate_type = ")
+        .bind(envelope.aggregate_type.as_str())
+        .push(" AND aggregate_id = ")
+        .bind(envelope.aggregate_id.as_str())
+        .push(" AND event_id <> ")
+        .bind(envelope.event_id.as_str());
+    match q.fetch(conn).await?.first() {
+        Some(row) => Columns::<DB>(row).opt_i64("last_sequence"),
+        None => Ok(None),
+    }
+}
+
+/// Deletes at most `limit` inbox records consumed before `older_than`: one bounded batch, so
+/// locks stay short however large the backlog.
+pub(crate) async fn prune_consumed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    older_than: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let (head, tail) = DB::DIALECT.limited_delete(table.as_str());
+    let mut q = Sql::<DB>::new(head);
+    q.push("consumed_time < ")
+        .bind(older_than)
+        .push(" LIMIT ")
+        .bind(limit)
+        .push(tail);
+    q.execute(conn).await
+}
+
+/// Writes a quarantine entry; an event already quarantined counts its attempts, keeps its
+/// first failure time, and is quarantined again.
+pub(crate) async fn quarantine<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    e: &NewQuarantine,
+) -> Result<(), sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "INSERT INTO {table} (consumer, consumer_version, event_id, event_type, body, \
+         failure_class, reason, retry_count, owner, status, first_failure_time, \
+         last_failure_time) VALUES ("
+    ));
+    q.bind(&e.consumer)
+        .push(", ")
+        .bind(&e.consumer_version)
+        .push(", ")
+        .bind(&e.event_id)
+        .push(", ")
+        .bind(e.event_type.as_deref())
+        .push(", ")
+        .bind(&e.body)
+        .push(", ")
+        .bind(e.failure_class.name())
+        .push(", ")
+        .bind(&e.reason)
+        .push(", ")
+        .bind(e.retry_count)
+        .push(", ")
+        .bind(e.owner.as_deref())
+        .push(", ")
+        .bind(QUARANTINED)
+        .push(", ")
+        .bind(e.now)
+        .push(", ")
+        .bind(e.now)
+        .push(")");
+    q.push(DB::DIALECT.upsert(
+        table.as_str(),
+        "consumer, event_id",
+        &[
+            ("retry_count", Merge::Add),
+            ("reason", Merge::New),
+            ("failure_class", Merge::New),
+            ("consumer_version", Merge::New),
+            ("body", Merge::New),
+            ("last_failure_time", Merge::New),
+            ("status", Merge::Set(QUARANTINED)),
+        ],
+    ));
+    q.execute(conn).await?;
+    Ok(())
+}
+
+fn decode<DB: Backend>(row: &DB::Row) -> Result<QuarantineRecord, sqlx::Error> {
+    let c = Columns::<DB>(row);
+    let decode_error = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
+    Ok(QuarantineRecord {
+        id: c.id("id")?,
+        consumer: c.string("consumer")?,
+        consumer_version: c.string("consumer_version")?,
+        event_id: c.string("event_id")?,
+        event_type: c.opt_string("event_type")?,
+        body: c.string("body")?,
+        failure_class: FailureClass::from_name(&c.string("failure_class")?)
+            .map_err(|e| decode_error(Box::new(e)))?,
+        reason: c.string("reason")?,
+        retry_count: c.i32("retry_count")?,
+        owner: c.opt_string("owner")?,
+        status: QuarantineStatus::from_code(c.code("status")?)
+            .map_err(|e| decode_error(Box::new(e)))?,
+        first_failure_time: c.time("first_failure_time")?,
+        last_failure_time: c.time("last_failure_time")?,
+        replay_time: c.opt_time("replay_time")?,
+    })
+}
+
+/// A page of `consumer`'s entries in `status` matching `filter`, by id after `after_id`.
+pub(crate) async fn select_quarantined<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    status: QuarantineStatus,
+    filter: &QuarantineFilter<'_>,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<QuarantineRecord>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT id, consumer, consumer_version, event_id, event_type, body, failure_class, \
+         reason, retry_count, owner, status, first_failure_time, last_failure_time, replay_time \
+         FROM {table} WHERE consumer = "
+    ));
+    q.bind(consumer)
+        .push(" AND status = ")
+        .bind(status.code())
+        .push(" AND id > ")
+        .bind(after_id);
+    if let Some(event_id) = filter.event_id {
+        q.push(" AND event_id = ").bind(event_id);
+    }
+    if let Some(event_type) = filter.event_type {
+        q.push(" AND event_type = ").bind(event_type);
+    }
+    if let Some(class) = filter.failure_class {
+        q.push(" AND failure_class = ").bind(class.name());
+    }
+    if let Some(from) = filter.from {
+        q.push(" AND first_failure_time >= ").bind(from);
+    }
+    if let Some(to) = filter.to {
+        q.push(" AND first_failure_time < ").bind(to);
+    }
+    q.push(" ORDER BY id ASC LIMIT ").bind(limit);
+    q.fetch(conn).await?.iter().map(decode::<DB>).collect()
+}
+
+/// Quarantined -> replayed, for one entry.
+pub(crate) async fn mark_replayed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET status = {REPLAYED}, replay_time = "
+    ));
+    q.bind(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(format!(" AND status = {QUARANTINED}"));
+    q.execute(conn).await
+}

@@ -1,0 +1,85 @@
+//! Layer 2: every statement the toolkit runs, one module per table family, written once for all
+//! three databases. [`dialect`] owns what differs between them.
+//!
+//! Only validated table names and fixed fragments are placed in SQL text (status codes are
+//! formatted from [`EventStatus`], never written as numbers); every value is a bind parameter.
+
+pub(crate) mod dialect;
+pub(crate) mod inbox;
+pub(crate) mod message;
+pub(crate) mod outbox;
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use crate::table::TableName;
+use dialect::{Backend, Columns, Sql};
+
+use crate::status::EventStatus;
+
+pub(crate) const PENDING: i16 = EventStatus::Pending.code();
+pub(crate) const IN_PROGRESS: i16 = EventStatus::InProgress.code();
+pub(crate) const SUCCEEDED: i16 = EventStatus::Succeeded.code();
+pub(crate) const FAILED: i16 = EventStatus::Failed.code();
+pub(crate) const CANCELLED: i16 = EventStatus::Cancelled.code();
+
+/// `(c1, c2, ...)`: the status codes as the list of an `IN`, written into the SQL text so that
+/// PostgreSQL can match the predicate of a partial index.
+pub(crate) fn codes(statuses: &[EventStatus]) -> String {
+    let codes: Vec<String> = statuses.iter().map(|s| s.code().to_string()).collect();
+    format!("({})", codes.join(", "))
+}
+
+/// Runs `op` again, up to three times, when the database rolled it back as a deadlock victim or
+/// for a serialization failure: the statement or transaction left no trace, so running it again
+/// is safe. InnoDB picks such victims among relays whose claims and marks lock neighbouring index
+/// entries.
+pub(crate) async fn retry_rolled_back<T, F, Fut>(mut op: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut attempt: u64 = 0;
+    loop {
+        match op().await {
+            Err(e) if attempt < 3 && dialect::Dialect::rolled_back(&e) => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "rolled back by the database; running it again");
+                tokio::time::sleep(std::time::Duration::from_millis(5 * attempt)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Row counts per status of `table` for rows created in `[from, to)`; `status_column` is
+/// `publish_status` or `event_status`.
+pub(crate) async fn status_counts<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    status_column: &'static str,
+    event_type: Option<&str>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<(EventStatus, i64)>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT {status_column} AS status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
+    ));
+    if let Some(event_type) = event_type {
+        q.push(" AND event_type = ").bind(event_type);
+    }
+    q.push(" AND create_time >= ")
+        .bind(from)
+        .push(" AND create_time < ")
+        .bind(to)
+        .push(format!(
+            " GROUP BY {status_column} ORDER BY {status_column} ASC"
+        ));
+    let mut counts = Vec::new();
+    for row in q.fetch(conn).await? {
+        let c = Columns::<DB>(&row);
+        counts.push((c.status("status")?, c.i64("total_count")?));
+    }
+    Ok(counts)
+}

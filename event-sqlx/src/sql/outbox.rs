@@ -1,0 +1,721 @@
+//! The statements of the outbox table (`biz_outbox_event`): the flush, the relay's claim and
+//! marks, and the seed's queries.
+
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
+
+use super::dialect::{Backend, Columns, Dialect, Sql};
+use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
+use crate::row::outbox::{NewOutboxRow, OutboxRecord};
+use crate::status::EventStatus::{self, Failed, InProgress, Pending};
+use crate::table::TableName;
+
+/// Every column, in the order rows are decoded.
+const COLUMNS: &str = "id, event_no, aggregate_type, aggregate_id, aggregate_sequence, \
+    event_type, event_version, event_source, publish_channel, topic, routing_key, event_payload, \
+    event_headers, publish_status, retry_count, max_retry_count, next_retry_time, locked_by, \
+    lock_until, last_publish_time, published_time, fail_reason, trace_id, remark, version, \
+    create_time, update_time";
+
+/// The columns a flush writes.
+const INSERT_COLUMNS: &str = "event_no, aggregate_type, aggregate_id, \
+    aggregate_sequence, event_type, event_version, event_source, publish_channel, topic, \
+    routing_key, event_payload, event_headers, publish_status, retry_count, max_retry_count, \
+    trace_id, create_time, update_time";
+
+/// Statements are kept well under every backend's bind-parameter limit (SQLite: 32766).
+const ROWS_PER_INSERT: usize = 500;
+
+/// The name the migrations give the unique key on `(aggregate_type, aggregate_id,
+/// aggregate_sequence)` ends with this (`outbox_uk_aggregate_sequence` on PostgreSQL and SQLite,
+/// `uk_aggregate_sequence` on MySQL).
+const SEQUENCE_KEY: &str = "uk_aggregate_sequence";
+
+/// What makes a row claimable (`o` is the row): pending, or failed with retries left. The first
+/// two terms are the predicate of the partial index `outbox_idx_claimable`.
+fn claimable() -> String {
+    format!(
+        "o.publish_status IN {} AND o.deleted = 0 \
+         AND (o.publish_status = {PENDING} OR o.retry_count < o.max_retry_count)",
+        codes(&[Pending, Failed])
+    )
+}
+
+/// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The status
+/// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`.
+fn no_earlier_unpublished(table: &TableName) -> String {
+    format!(
+        " AND NOT EXISTS (SELECT 1 FROM {table} p \
+         WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+         AND p.aggregate_sequence < o.aggregate_sequence AND p.publish_status IN {} \
+         AND p.deleted = 0)",
+        codes(&[Pending, InProgress, Failed])
+    )
+}
+
+/// A claim of a batch under a lease.
+#[derive(Debug, Clone)]
+pub(crate) struct Claim<'a> {
+    pub(crate) relay_id: &'a str,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) lease_until: DateTime<Utc>,
+    pub(crate) limit: i64,
+    pub(crate) ordered: bool,
+}
+
+/// A failed publish to record.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) id: i64,
+    pub(crate) next_retry_time: DateTime<Utc>,
+    pub(crate) reason: String,
+}
+
+/// The read queries of the seed's Outbox model.
+#[derive(Debug, Clone)]
+pub(crate) enum Select<'a> {
+    Pending {
+        limit: i64,
+    },
+    DueRetries {
+        now: DateTime<Utc>,
+        limit: i64,
+    },
+    LeaseExpired {
+        now: DateTime<Utc>,
+        limit: i64,
+    },
+    ByAggregate {
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+    },
+    ByEventNo {
+        event_no: &'a str,
+    },
+    FailedByTopic {
+        topic: &'a str,
+        limit: i64,
+    },
+    ManyFailures {
+        min_retries: i32,
+        limit: i64,
+    },
+    /// The earliest unpublished, unclaimed event of an aggregate (its head).
+    Head {
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+    },
+    /// Published events matching a replay filter, by id after `after_id`.
+    Published {
+        aggregate: Option<(&'a str, &'a str)>,
+        event_type: Option<&'a str>,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+        after_id: i64,
+        limit: i64,
+    },
+}
+
+fn decode<DB: Backend>(row: &DB::Row) -> Result<OutboxRecord, sqlx::Error> {
+    let c = Columns::<DB>(row);
+    Ok(OutboxRecord {
+        id: c.id("id")?,
+        event_no: c.string("event_no")?,
+        aggregate_type: c.string("aggregate_type")?,
+        aggregate_id: c.string("aggregate_id")?,
+        aggregate_sequence: c.i64("aggregate_sequence")?,
+        event_type: c.string("event_type")?,
+        event_version: c.i32("event_version")?,
+        event_source: c.string("event_source")?,
+        publish_channel: c.string("publish_channel")?,
+        topic: c.opt_string("topic")?,
+        routing_key: c.opt_string("routing_key")?,
+        event_payload: c.json("event_payload")?,
+        event_headers: c.opt_json("event_headers")?,
+        publish_status: c.status("publish_status")?,
+        retry_count: c.i32("retry_count")?,
+        max_retry_count: c.i32("max_retry_count")?,
+        next_retry_time: c.opt_time("next_retry_time")?,
+        locked_by: c.opt_string("locked_by")?,
+        lock_until: c.opt_time("lock_until")?,
+        last_publish_time: c.opt_time("last_publish_time")?,
+        published_time: c.opt_time("published_time")?,
+        fail_reason: c.opt_string("fail_reason")?,
+        trace_id: c.opt_string("trace_id")?,
+        remark: c.opt_string("remark")?,
+        version: c.i32("version")?,
+        create_time: c.time("create_time")?,
+        update_time: c.time("update_time")?,
+    })
+}
+
+fn decode_all<DB: Backend>(rows: &[DB::Row]) -> Result<Vec<OutboxRecord>, sqlx::Error> {
+    rows.iter().map(decode::<DB>).collect()
+}
+
+/// A multi-row INSERT of `rows`.
+fn insert_statement<DB: Backend>(table: &TableName, rows: &[&NewOutboxRow]) -> Sql<DB> {
+    let mut q = Sql::new(format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES "));
+    for (i, row) in rows.iter().enumerate() {
+        q.push(if i == 0 { "(" } else { ", (" });
+        q.bind(&row.event_no)
+            .push(", ")
+            .bind(&row.aggregate_type)
+            .push(", ")
+            .bind(&row.aggregate_id)
+            .push(", ")
+            .bind(row.aggregate_sequence)
+            .push(", ")
+            .bind(&row.event_type)
+            .push(", ")
+            .bind(row.event_version)
+            .push(", ")
+            .bind(&row.event_source)
+            .push(", ")
+            .bind(&row.publish_channel)
+            .push(", ")
+            .bind(row.topic.as_deref())
+            .push(", ")
+            .bind(row.routing_key.as_deref())
+            .push(", ")
+            .bind(&row.event_payload)
+            .push(", ")
+            .bind(&row.event_headers)
+            .push(", ")
+            .bind(EventStatus::Pending)
+            .push(", ")
+            .bind(0_i32)
+            .push(", ")
+            .bind(row.max_retry_count)
+            .push(", ")
+            .bind(row.trace_id.as_deref())
+            .push(", ")
+            .bind(row.create_time)
+            .push(", ")
+            .bind(row.create_time)
+            .push(")");
+    }
+    q
+}
+
+/// Inserts `rows` on `conn`; returns the event numbers written. A row whose event number is
+/// already stored is left out and the stored row untouched; a taken aggregate sequence fails the
+/// statement (see [`sequence_conflict`]).
+pub(crate) async fn insert<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    rows: &[NewOutboxRow],
+) -> Result<Vec<String>, sqlx::Error> {
+    let mut inserted = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let mut chunk: Vec<&NewOutboxRow> = chunk.iter().collect();
+        if DB::DIALECT.has_returning() {
+            let mut q = insert_statement::<DB>(table, &chunk);
+            q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
+            q.push(" RETURNING event_no");
+            for row in q.fetch(conn).await? {
+                inserted.push(Columns::<DB>(&row).string("event_no")?);
+            }
+            continue;
+        }
+        // No RETURNING on MySQL. Duplicates are rare, so a plain INSERT goes first: a duplicate
+        // key fails it whole, and MySQL then rolls back that statement only, not the caller's
+        // transaction.
+        match insert_statement::<DB>(table, &chunk).execute(conn).await {
+            Ok(_) => {
+                inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
+                continue;
+            }
+            Err(e) if DB::DIALECT.violated_key(&e).is_none() => return Err(e),
+            Err(_) => {}
+        }
+        // Then find the duplicates and insert the rest with a plain INSERT again, so that a
+        // conflict on the aggregate sequence is an error and never silently absorbed.
+        let mut q = Sql::<DB>::new(format!("SELECT event_no FROM {table} WHERE event_no IN "));
+        q.list(chunk.iter().map(|row| row.event_no.as_str()));
+        let existing = q
+            .fetch(conn)
+            .await?
+            .iter()
+            .map(|row| Columns::<DB>(row).string("event_no"))
+            .collect::<Result<Vec<_>, _>>()?;
+        chunk.retain(|row| !existing.contains(&row.event_no));
+        if !chunk.is_empty() {
+            insert_statement::<DB>(table, &chunk).execute(conn).await?;
+            inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
+        }
+    }
+    Ok(inserted)
+}
+
+/// When `error` is the unique key on the aggregate sequence refusing one of `rows`, the index of
+/// that row; `None` for any other error.
+///
+/// The row is the one whose key the database's error names (PostgreSQL, MySQL); on SQLite, whose
+/// error names only the columns, the first row whose sequence is already stored, looked up on
+/// `conn` (SQLite rolled back only the statement). A sequence taken twice within `rows` blames
+/// its second row.
+pub(crate) async fn sequence_conflict<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    rows: &[NewOutboxRow],
+    error: &sqlx::Error,
+) -> Option<usize> {
+    let key = DB::DIALECT.violated_key(error)?;
+    if !key.ends_with(SEQUENCE_KEY) {
+        return None;
+    }
+    if let Some(values) = DB::DIALECT.duplicate_values(error) {
+        let separator = if DB::DIALECT == Dialect::MySql {
+            "-"
+        } else {
+            ", "
+        };
+        let named = rows.iter().position(|r| {
+            [
+                r.aggregate_type.as_str(),
+                r.aggregate_id.as_str(),
+                &r.aggregate_sequence.to_string(),
+            ]
+            .join(separator)
+                == values
+        });
+        if named.is_some() {
+            return named;
+        }
+    }
+    if DB::DIALECT == Dialect::Sqlite
+        && let Ok(Some(taken)) = first_taken::<DB>(conn, table, rows).await
+    {
+        return Some(taken);
+    }
+    let within = rows.iter().enumerate().position(|(i, r)| {
+        rows[..i].iter().any(|earlier| {
+            (
+                &earlier.aggregate_type,
+                &earlier.aggregate_id,
+                earlier.aggregate_sequence,
+            ) == (&r.aggregate_type, &r.aggregate_id, r.aggregate_sequence)
+        })
+    });
+    Some(within.unwrap_or(0))
+}
+
+/// The index of the first of `rows` whose aggregate sequence is already stored.
+async fn first_taken<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    rows: &[NewOutboxRow],
+) -> Result<Option<usize>, sqlx::Error> {
+    for chunk_start in (0..rows.len()).step_by(ROWS_PER_INSERT) {
+        let chunk = &rows[chunk_start..rows.len().min(chunk_start + ROWS_PER_INSERT)];
+        let mut q = Sql::<DB>::new(format!(
+            "SELECT aggregate_type, aggregate_id, aggregate_sequence FROM {table} WHERE "
+        ));
+        for (i, r) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { " OR (" })
+                .push("aggregate_type = ")
+                .bind(&r.aggregate_type)
+                .push(" AND aggregate_id = ")
+                .bind(&r.aggregate_id)
+                .push(" AND aggregate_sequence = ")
+                .bind(r.aggregate_sequence)
+                .push(")");
+        }
+        for row in q.fetch(conn).await? {
+            let c = Columns::<DB>(&row);
+            let taken = (
+                c.string("aggregate_type")?,
+                c.string("aggregate_id")?,
+                c.i64("aggregate_sequence")?,
+            );
+            if let Some(i) = chunk.iter().position(|r| {
+                (&r.aggregate_type, &r.aggregate_id, r.aggregate_sequence)
+                    == (&taken.0, &taken.1, taken.2)
+            }) {
+                return Ok(Some(chunk_start + i));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// PostgreSQL: `pg_notify(channel)` in the transaction on `conn`, delivered on commit.
+/// Elsewhere nothing.
+pub(crate) async fn notify_commit<DB: Backend>(
+    conn: &mut DB::Connection,
+    channel: &str,
+) -> Result<(), sqlx::Error> {
+    if DB::DIALECT == Dialect::Postgres {
+        let mut q = Sql::<DB>::new("SELECT pg_notify(");
+        q.bind(channel).push(", '')");
+        q.fetch(conn).await?;
+    }
+    Ok(())
+}
+
+/// The sequence of the aggregate's last recorded event, 0 when it has none.
+pub(crate) async fn aggregate_version<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    aggregate_type: &str,
+    aggregate_id: &str,
+) -> Result<i64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT MAX(aggregate_sequence) AS last_sequence FROM {table} WHERE aggregate_type = "
+    ));
+    q.bind(aggregate_type)
+        .push(" AND aggregate_id = ")
+        .bind(aggregate_id);
+    let rows = q.fetch(conn).await?;
+    match rows.first() {
+        Some(row) => Ok(Columns::<DB>(row).opt_i64("last_sequence")?.unwrap_or(0)),
+        None => Ok(0),
+    }
+}
+
+/// Leases up to `claim.limit` due events to `claim.relay_id`, in one short transaction, and
+/// returns them by id.
+pub(crate) async fn claim<DB: Backend>(
+    pool: &Pool<DB>,
+    table: &TableName,
+    claim: &Claim<'_>,
+) -> Result<Vec<OutboxRecord>, sqlx::Error> {
+    let ordering = if claim.ordered {
+        no_earlier_unpublished(table)
+    } else {
+        String::new()
+    };
+    let candidates = |q: &mut Sql<DB>| {
+        q.push(format!(" FROM {table} o WHERE {}", claimable()));
+        q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
+            .bind(claim.now)
+            .push(")");
+        q.push(&ordering);
+        q.push(DB::DIALECT.claim_order());
+        q.push(" LIMIT ").bind(claim.limit);
+    };
+    let set_claimed = |q: &mut Sql<DB>| {
+        q.push(format!(
+            "UPDATE {table} SET publish_status = {IN_PROGRESS}, locked_by = "
+        ));
+        q.bind(claim.relay_id)
+            .push(", lock_until = ")
+            .bind(claim.lease_until)
+            .push(", last_publish_time = ")
+            .bind(claim.now)
+            .push(", version = version + 1, update_time = ")
+            .bind(claim.now);
+    };
+    let guard = format!(
+        " WHERE {} IN {} AND id IN ",
+        DB::DIALECT.status_guard("publish_status"),
+        codes(&[Pending, Failed])
+    );
+    let mut records = if DB::DIALECT.has_returning() {
+        // One statement: pick and lease the batch, return the rows.
+        let mut q = Sql::<DB>::new("");
+        set_claimed(&mut q);
+        q.push(&guard).push("(SELECT o.id");
+        candidates(&mut q);
+        q.push(DB::DIALECT.skip_locked());
+        q.push(format!(") RETURNING {COLUMNS}"));
+        let mut conn = pool.acquire().await?;
+        decode_all::<DB>(&q.fetch(&mut conn).await?)?
+    } else {
+        // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction; the rows are
+        // patched in memory, not read again.
+        let mut tx = pool.begin().await?;
+        let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
+        candidates(&mut q);
+        q.push(DB::DIALECT.skip_locked());
+        let mut records = decode_all::<DB>(&q.fetch(&mut tx).await?)?;
+        if !records.is_empty() {
+            let mut q = Sql::<DB>::new("");
+            set_claimed(&mut q);
+            q.push(&guard).list(records.iter().map(|r| r.id));
+            q.execute(&mut tx).await?;
+            for record in &mut records {
+                record.publish_status = InProgress;
+                record.locked_by = Some(claim.relay_id.to_owned());
+                record.lock_until = Some(claim.lease_until);
+                record.last_publish_time = Some(claim.now);
+                record.version += 1;
+                record.update_time = claim.now;
+            }
+        }
+        tx.commit().await?;
+        records
+    };
+    records.sort_by_key(|r| r.id);
+    Ok(records)
+}
+
+/// In progress -> succeeded, for the rows `relay_id` still holds.
+pub(crate) async fn mark_published<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {SUCCEEDED}, published_time = "
+    ));
+    q.bind(now)
+        .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND locked_by = "
+        ))
+        .bind(relay_id)
+        .push(" AND id IN ")
+        .list(ids.iter().copied());
+    q.execute(conn).await
+}
+
+/// In progress -> failed, for the rows `relay_id` still holds: the seed's write for a whole
+/// batch, each row with its own next retry time and reason through CASE. Rows already at their
+/// retry limit stay failed without counting further (the second pass).
+pub(crate) async fn mark_failed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    failures: &[Failure],
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let mut affected = 0;
+    for with_retries_left in [true, false] {
+        let mut q = Sql::<DB>::new(format!("UPDATE {table} SET publish_status = {FAILED}"));
+        if with_retries_left {
+            q.push(", retry_count = retry_count + 1");
+        }
+        q.push(", next_retry_time = CASE id");
+        for f in failures {
+            q.push(" WHEN ")
+                .bind(f.id)
+                .push(" THEN ")
+                .bind(f.next_retry_time);
+        }
+        q.push(" END, fail_reason = CASE id");
+        for f in failures {
+            q.push(" WHEN ")
+                .bind(f.id)
+                .push(" THEN ")
+                .bind(f.reason.as_str());
+        }
+        q.push(" END, locked_by = NULL, lock_until = NULL, update_time = ")
+            .bind(now)
+            .push(format!(
+                " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND locked_by = "
+            ))
+            .bind(relay_id)
+            .push(if with_retries_left {
+                " AND retry_count < max_retry_count"
+            } else {
+                " AND retry_count >= max_retry_count"
+            })
+            .push(" AND id IN ")
+            .list(failures.iter().map(|f| f.id));
+        affected += q.execute(conn).await?;
+    }
+    Ok(affected)
+}
+
+/// Failed with no retries left -> cancelled.
+pub(crate) async fn cancel_exhausted<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    ids: &[i64],
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {CANCELLED}, fail_reason = "
+    ));
+    q.bind(reason)
+        .push(", update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND publish_status = {FAILED} \
+             AND retry_count >= max_retry_count AND id IN "
+        ))
+        .list(ids.iter().copied());
+    q.execute(conn).await
+}
+
+/// In progress with an expired lease -> failed, due at `retry_at`.
+pub(crate) async fn recover_expired<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    now: DateTime<Utc>,
+    retry_at: DateTime<Utc>,
+    reason: &str,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {FAILED}, retry_count = retry_count + 1, \
+         next_retry_time = "
+    ));
+    q.bind(retry_at)
+        .push(", fail_reason = ")
+        .bind(reason)
+        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND lock_until <= "
+        ))
+        .bind(now);
+    q.execute(conn).await
+}
+
+/// Pending or failed -> cancelled, for one row.
+pub(crate) async fn cancel<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {CANCELLED}, fail_reason = "
+    ));
+    q.bind(reason)
+        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(format!(
+            " AND deleted = 0 AND publish_status IN {}",
+            codes(&[Pending, Failed])
+        ));
+    q.execute(conn).await
+}
+
+/// Failed -> pending: one more round of attempts, due now.
+pub(crate) async fn retry<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {PENDING}, next_retry_time = NULL, update_time = "
+    ));
+    q.bind(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(format!(" AND deleted = 0 AND publish_status = {FAILED}"));
+    q.execute(conn).await
+}
+
+/// One of the seed's read queries.
+pub(crate) async fn select<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    select: &Select<'_>,
+) -> Result<Vec<OutboxRecord>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT {COLUMNS} FROM {table} WHERE deleted = 0 AND "
+    ));
+    match *select {
+        Select::Pending { limit } => {
+            q.push(format!(
+                "publish_status = {PENDING} ORDER BY create_time ASC, id ASC LIMIT "
+            ))
+            .bind(limit);
+        }
+        Select::DueRetries { now, limit } => {
+            q.push(format!(
+                "publish_status = {FAILED} AND retry_count < max_retry_count AND next_retry_time <= "
+            ))
+            .bind(now)
+            .push(" ORDER BY next_retry_time ASC LIMIT ")
+            .bind(limit);
+        }
+        Select::LeaseExpired { now, limit } => {
+            q.push(format!("publish_status = {IN_PROGRESS} AND lock_until <= "))
+                .bind(now)
+                .push(" ORDER BY lock_until ASC LIMIT ")
+                .bind(limit);
+        }
+        Select::ByAggregate {
+            aggregate_type,
+            aggregate_id,
+        } => {
+            q.push("aggregate_type = ")
+                .bind(aggregate_type)
+                .push(" AND aggregate_id = ")
+                .bind(aggregate_id)
+                .push(" ORDER BY aggregate_sequence ASC");
+        }
+        Select::ByEventNo { event_no } => {
+            // Cancelled and deleted rows are found by number too: an operator looks them up.
+            q = Sql::new(format!("SELECT {COLUMNS} FROM {table} WHERE event_no = "));
+            q.bind(event_no);
+        }
+        Select::FailedByTopic { topic, limit } => {
+            q.push("topic = ")
+                .bind(topic)
+                .push(format!(
+                    " AND publish_status = {FAILED} ORDER BY update_time DESC LIMIT "
+                ))
+                .bind(limit);
+        }
+        Select::ManyFailures { min_retries, limit } => {
+            q.push(format!("publish_status = {FAILED} AND retry_count >= "))
+                .bind(min_retries)
+                .push(" ORDER BY update_time DESC LIMIT ")
+                .bind(limit);
+        }
+        Select::Published {
+            aggregate,
+            event_type,
+            from,
+            to,
+            after_id,
+            limit,
+        } => {
+            q.push(format!("publish_status = {SUCCEEDED} AND id > "))
+                .bind(after_id);
+            if let Some((aggregate_type, aggregate_id)) = aggregate {
+                q.push(" AND aggregate_type = ")
+                    .bind(aggregate_type)
+                    .push(" AND aggregate_id = ")
+                    .bind(aggregate_id);
+            }
+            if let Some(event_type) = event_type {
+                q.push(" AND event_type = ").bind(event_type);
+            }
+            if let Some(from) = from {
+                q.push(" AND create_time >= ").bind(from);
+            }
+            if let Some(to) = to {
+                q.push(" AND create_time < ").bind(to);
+            }
+            q.push(" ORDER BY id ASC LIMIT ").bind(limit);
+        }
+        Select::Head {
+            aggregate_type,
+            aggregate_id,
+        } => {
+            q.push(format!(
+                "publish_status IN {} AND aggregate_type = ",
+                codes(&[Pending, Failed])
+            ))
+            .bind(aggregate_type)
+            .push(" AND aggregate_id = ")
+            .bind(aggregate_id)
+            .push(" ORDER BY aggregate_sequence ASC LIMIT 1");
+        }
+    }
+    decode_all::<DB>(&q.fetch(conn).await?)
+}
