@@ -171,3 +171,104 @@ mod stale {
 
     on_every_backend!(postgres, mysql, sqlite);
 }
+
+mod replay {
+    use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+    use event_sqlx::{Consumer, FailureClass, HandlerError, Processed, QuarantineFilter};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::{NoteAdded, Order};
+
+    /// More quarantined entries than one page of the replay (100).
+    const QUARANTINED: usize = 250;
+
+    /// One note on each of `n` orders, as envelope bodies, with their event ids.
+    fn notes(n: usize) -> Vec<(String, Vec<u8>)> {
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        for i in 0..n {
+            let mut order = Order {
+                id: format!("o-{i:03}"),
+                paid: false,
+                events: RecordedEvents::new(),
+            };
+            order
+                .record(NoteAdded {
+                    text: format!("note {i}"),
+                })
+                .unwrap();
+            uow.collect(&mut order).unwrap();
+        }
+        uow.commit()
+            .iter()
+            .map(|e| (e.event_id.to_string(), serde_json::to_vec(e).unwrap()))
+            .collect()
+    }
+
+    async fn a_match_on_the_last_page_is_replayed<DB: Orders>(db: &TestDb<DB>) {
+        let consumer = Consumer::new(db.pool().clone(), "note-view", "1.0.0");
+        let refuse = async |_tx: &mut DB::Connection, _note: NoteAdded| {
+            Err::<(), _>(HandlerError::Permanent("no view for notes yet".into()))
+        };
+        let bodies = notes(QUARANTINED);
+        for (_, body) in &bodies {
+            let outcome = consumer
+                .process::<NoteAdded>(body, None, refuse)
+                .await
+                .unwrap();
+            assert!(matches!(outcome, Processed::Quarantined(_)), "{outcome:?}");
+        }
+        let applied = std::sync::atomic::AtomicUsize::new(0);
+        let apply = async |_tx: &mut DB::Connection, _note: NoteAdded| {
+            applied.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        };
+
+        // The last entry, beyond the first two pages.
+        let (last_id, _) = bodies.last().unwrap();
+        let replayed = consumer
+            .replay_matching::<NoteAdded>(&QuarantineFilter::default().event_id(last_id), apply)
+            .await
+            .unwrap();
+        assert_eq!(replayed, 1, "the match on the last page is found");
+        let left = consumer.quarantined(1000).await.unwrap();
+        assert_eq!(left.len(), QUARANTINED - 1);
+        assert!(left.iter().all(|r| &r.event_id != last_id));
+
+        // A filter that matches every page replays every match, page after page.
+        let filter = QuarantineFilter::default()
+            .event_type("NOTE_ADDED")
+            .failure_class(FailureClass::Permanent);
+        let replayed = consumer
+            .replay_matching::<NoteAdded>(&filter, apply)
+            .await
+            .unwrap();
+        assert_eq!(replayed, QUARANTINED - 1);
+        assert!(consumer.quarantined(1000).await.unwrap().is_empty());
+        assert_eq!(
+            applied.load(std::sync::atomic::Ordering::SeqCst),
+            QUARANTINED
+        );
+        // A class that matches nothing replays nothing.
+        let stale = QuarantineFilter::default().failure_class(FailureClass::Stale);
+        assert_eq!(
+            consumer
+                .replay_matching::<NoteAdded>(&stale, apply)
+                .await
+                .unwrap(),
+            0
+        );
+    }
+
+    macro_rules! on_every_backend {
+        ($($backend:ident),*) => {$(
+            #[tokio::test]
+            async fn $backend() {
+                if let Some(db) = TestDb::$backend().await {
+                    a_match_on_the_last_page_is_replayed(&db).await;
+                    db.cleanup().await;
+                }
+            }
+        )*};
+    }
+
+    on_every_backend!(postgres, mysql, sqlite);
+}

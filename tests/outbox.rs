@@ -251,6 +251,55 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
     );
 }
 
+/// A flush of several aggregates in which a later row takes a stored sequence: the conflict names
+/// that row, not the first one, and nothing of the flush is written.
+async fn a_sequence_conflict_names_the_row_that_conflicted<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-taken", false).await;
+    let mut fresh = Order::place("o-fresh", 10).unwrap();
+    let mut stale = Order {
+        id: "o-taken".into(),
+        paid: false,
+        events: RecordedEvents::new(),
+    };
+    stale
+        .record(NoteAdded {
+            text: "late".into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut fresh).unwrap();
+    uow.collect(&mut stale).unwrap();
+    let err = db
+        .outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap_err();
+    let Error::SequenceConflict {
+        aggregate_type,
+        aggregate_id,
+        sequence,
+        event_no,
+    } = &err
+    else {
+        panic!("expected a sequence conflict, got {err}");
+    };
+    assert_eq!(
+        (aggregate_type.as_str(), aggregate_id.as_str(), *sequence),
+        ("ORDER", "o-taken", 1),
+        "{err}"
+    );
+    assert!(event_no.starts_with("NOTE_ADDED:"), "{err}");
+    assert!(err.to_string().contains("o-taken"), "{err}");
+    assert!(
+        db.outbox
+            .by_aggregate("ORDER", "o-fresh")
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing of the failed flush is written"
+    );
+}
+
 async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db: &TestDb<DB>) {
     let small =
         event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_payload_bytes(40));
@@ -777,6 +826,7 @@ on_every_backend!(
     state_and_events_commit_or_roll_back_together,
     a_duplicate_event_no_is_absorbed_and_changes_nothing,
     a_stale_aggregate_version_is_a_sequence_conflict,
+    a_sequence_conflict_names_the_row_that_conflicted,
     an_oversized_payload_is_rejected_and_nothing_is_written,
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
     drain_publishes_every_claimable_event_in_aggregate_order,
