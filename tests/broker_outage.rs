@@ -31,6 +31,7 @@ async fn wait_until_listening(port: u16) {
         {
             return;
         }
+        // Polling the server's start, 100 tries at the most.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("nats-server did not listen on {port}");
@@ -131,6 +132,7 @@ async fn events_published_across_a_broker_outage_arrive_once() {
             "not all published after the broker came back: {counts:?}"
         );
         relay.run_once().await.unwrap();
+        // Polling the broker's return, with the deadline above.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let info = publisher

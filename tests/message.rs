@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use event_sqlx::{EventStatus, MessageEvent, MessageStore};
+use event_sqlx::{EventStatus, ManualClock, MessageEvent, MessageStore};
 use event_tests::db::{Orders, TestDb};
 use serde_json::json;
 
@@ -19,7 +19,8 @@ fn message(no: &str, biz_id: &str) -> MessageEvent {
 }
 
 async fn messages_follow_the_seed_cycle<DB: Orders>(db: &TestDb<DB>) {
-    let store = MessageStore::new(db.pool().clone());
+    let clock = ManualClock::starting_now();
+    let store = MessageStore::new(db.pool().clone()).clock(clock.clone());
     assert!(store.create(&message("EVT1", "ORDER1")).await.unwrap());
     let mut again = message("EVT1", "ORDER1");
     again.payload = json!({"overwritten": true});
@@ -112,15 +113,16 @@ async fn messages_follow_the_seed_cycle<DB: Orders>(db: &TestDb<DB>) {
     assert!(store.claim(&third).await.unwrap());
     assert!(
         store
-            .fail(third.id, "timeout", Duration::from_millis(1000))
+            .fail(third.id, "timeout", Duration::from_secs(60))
             .await
             .unwrap()
     );
+    clock.advance(Duration::from_secs(59));
     assert!(
         store.due_retries(10).await.unwrap().is_empty(),
         "not due yet"
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_secs(1));
     assert_eq!(store.due_retries(10).await.unwrap().len(), 1);
     let store = store.max_retry_count(1);
     assert!(store.create(&message("EVT4", "ORDER3")).await.unwrap());

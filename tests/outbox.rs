@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
 use event_sqlx::{
-    Backoff, ChannelPublisher, Error, EventStatus, OutboxConfig, OutboxMessage, PublishError,
-    Publisher, RelayConfig,
+    Backoff, ChannelPublisher, Error, EventStatus, ManualClock, OutboxConfig, OutboxMessage,
+    PublishError, Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
 use event_tests::fixtures::{NoteAdded, Order};
@@ -55,15 +55,17 @@ impl Publisher for Selective {
     }
 }
 
-/// Takes `delay` before accepting anything.
-struct Slow {
+/// A broker that hangs: says when a publish has begun, then accepts nothing until released.
+struct Held {
     inner: ChannelPublisher,
-    delay: Duration,
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Semaphore>,
 }
 
-impl Publisher for Slow {
+impl Publisher for Held {
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        tokio::time::sleep(self.delay).await;
+        self.entered.notify_one();
+        let _permit = self.release.acquire().await.expect("released");
         self.inner.publish(messages).await
     }
 }
@@ -350,6 +352,7 @@ async fn drain<DB: Orders, P: Publisher + 'static>(
                 let report = relay.run_once().await.expect("relay batch");
                 published.fetch_add(report.published, Ordering::SeqCst);
                 if report.claimed == 0 {
+                    // Polling: the other relays hold what is left; the deadline bounds it.
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
@@ -504,7 +507,11 @@ async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db
 }
 
 async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &TestDb<DB>) {
-    let outbox = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_retry_count(3));
+    let clock = ManualClock::starting_now();
+    let outbox = event_sqlx::Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new().max_retry_count(3).clock(clock.clone()),
+    );
     let mut order = Order::place("o-f", 1).unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
@@ -518,8 +525,7 @@ async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &Test
         fail: HashSet::from([event_no.to_owned()]),
         attempts: AtomicUsize::new(0),
     };
-    // Wide enough that "not due yet" holds on a loaded machine.
-    let schedule = [800, 1000, 1200].map(Duration::from_millis);
+    let schedule = [60, 300, 1800].map(Duration::from_secs);
     let relay = outbox.relay(
         publisher,
         RelayConfig::new("r1").backoff(Backoff::schedule(schedule).jitter(0.0)),
@@ -547,10 +553,17 @@ async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &Test
             "retry {} is scheduled {delay:?} after the failure",
             failure + 1
         );
-        // Not due yet: nothing to claim.
+        // Not due yet, a second before: nothing to claim. Due on the second, while retries
+        // remain.
+        clock.advance(*delay - Duration::from_secs(1));
         assert_eq!(relay.run_once().await.unwrap().claimed, 0);
-        let wait = (next - chrono::Utc::now()).to_std().unwrap_or_default();
-        tokio::time::sleep(wait + Duration::from_millis(30)).await;
+        assert!(outbox.due_retries(10).await.unwrap().is_empty());
+        clock.advance(Duration::from_secs(1));
+        let retries_left = failure + 1 < schedule.len();
+        assert_eq!(
+            outbox.due_retries(10).await.unwrap().len(),
+            usize::from(retries_left)
+        );
     }
     // Retries used up: it stays failed, visible, and is never claimed again.
     assert_eq!(relay.run_once().await.unwrap().claimed, 0);
@@ -681,24 +694,35 @@ async fn a_blocked_aggregate_holds_back_only_itself<DB: Orders>(db: &TestDb<DB>)
 
 async fn expired_leases_are_recovered_and_published_by_another_relay<DB: Orders>(db: &TestDb<DB>)
 where
-    event_sqlx::Relay<DB, Slow>: Send + Sync,
+    event_sqlx::Relay<DB, Held>: Send + Sync,
 {
     for i in 0..5 {
         place(db, &format!("o-l{i}"), false).await;
     }
+    let clock = ManualClock::starting_now();
+    let outbox = db.outbox.clone().with_clock(clock.clone());
     let (inner, mut received) = ChannelPublisher::channel(64);
-    let stuck = db.outbox.relay(
-        Slow {
+    let (entered, release) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Semaphore::new(0)),
+    );
+    let stuck = outbox.relay(
+        Held {
             inner: inner.clone(),
-            delay: Duration::from_millis(4000),
+            entered: Arc::clone(&entered),
+            release: Arc::clone(&release),
         },
-        RelayConfig::new("stuck").lease(Duration::from_millis(200)),
+        RelayConfig::new("stuck").lease(Duration::from_secs(120)),
     );
     let stuck = tokio::spawn(async move { stuck.run_once().await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(db.outbox.lease_expired(10).await.unwrap().len(), 5);
+    tokio::time::timeout(Duration::from_secs(30), entered.notified())
+        .await
+        .expect("the stuck relay claimed its batch and began to publish");
+    assert!(outbox.lease_expired(10).await.unwrap().is_empty());
+    clock.advance(Duration::from_secs(121));
+    assert_eq!(outbox.lease_expired(10).await.unwrap().len(), 5);
 
-    let rescuer = db.outbox.relay(
+    let rescuer = outbox.relay(
         inner,
         RelayConfig::new("rescuer").lease_recovery(Duration::ZERO, Duration::ZERO),
     );
@@ -706,6 +730,7 @@ where
     let report = rescuer.run_once().await.unwrap();
     assert_eq!(report.published, 5);
 
+    release.add_permits(1);
     let late = stuck.await.unwrap();
     assert_eq!((late.claimed, late.published, late.lease_lost), (5, 0, 5));
     for i in 0..5 {
@@ -990,6 +1015,7 @@ async fn postgres_relay_runs_a_mark_again_after_a_deadlock() {
             tokio::time::Instant::now() < deadline,
             "the mark never waited"
         );
+        // Polling the other session, with the deadline above.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Close the cycle: the blocker waits for the first row until the relay's mark is rolled back.
@@ -1047,7 +1073,26 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
             })
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Commit only once the relay has made its first (empty) claim and is waiting: then only the
+    // notification can wake it before its 60 s poll.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let claimed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND state = 'idle' AND query LIKE 'UPDATE biz_outbox_event SET publish_status = 1%'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if claimed > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never made its first claim"
+        );
+        tokio::task::yield_now().await;
+    }
 
     let mut order = Order::place("o-notify", 1).unwrap();
     let mut uow = UnitOfWork::new(context());

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use event_core::{Aggregate, EventContext, UnitOfWork};
-use event_sqlx::{ChannelPublisher, RelayConfig};
+use event_sqlx::{ChannelPublisher, ManualClock, RelayConfig};
 use event_tests::db::{Orders, TestDb};
 use event_tests::fixtures::{NoteAdded, Order};
 
@@ -85,6 +85,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
             started.elapsed() < Duration::from_secs(60),
             "the relay process never got going"
         );
+        // Polling the other process, with the deadline above.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     victim.kill().expect("SIGKILL the relay");
@@ -107,10 +108,11 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     assert!(counts.succeeded < EVENTS as i64);
     let by_victim = published_ids(&file);
 
-    // The leases expire; another relay recovers them and publishes everything that is left.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // The leases expire (the rescuer's clock is past them); another relay recovers them and
+    // publishes everything that is left.
+    let later = ManualClock::new(chrono::Utc::now() + chrono::TimeDelta::seconds(3));
     let (publisher, mut received) = ChannelPublisher::channel(EVENTS * 2);
-    let rescuer = db.outbox.relay(
+    let rescuer = db.outbox.clone().with_clock(later).relay(
         publisher,
         RelayConfig::new("rescuer").lease_recovery(Duration::ZERO, Duration::ZERO),
     );

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::dialect::{Backend, Columns, Sql};
+use super::dialect::{Backend, Columns, Dialect, Sql};
 use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
 use crate::row::message::{MessageRecord, NewMessage};
 use crate::status::EventStatus::{self, Failed, Pending};
@@ -116,9 +116,26 @@ pub(crate) async fn insert<DB: Backend>(
         .push(", ")
         .bind(m.now)
         .push(")");
-    // On MySQL a duplicate bumps update_time to report 2 rows (see insert_ignoring_duplicate).
-    q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", "update_time = VALUES(update_time)"));
-    Ok(q.execute(conn).await? == 1)
+    match DB::DIALECT {
+        Dialect::Postgres | Dialect::Sqlite => {
+            q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
+            Ok(q.execute(conn).await? == 1)
+        }
+        // MySQL has no ON CONFLICT, and its ON DUPLICATE KEY UPDATE can only report a duplicate
+        // by changing the row. The plain INSERT fails on the key instead, and MySQL rolls back
+        // that statement only.
+        Dialect::MySql => match q.execute(conn).await {
+            Ok(inserted) => Ok(inserted == 1),
+            Err(e)
+                if DB::DIALECT
+                    .violated_key(&e)
+                    .is_some_and(|key| key.ends_with("uk_event_no")) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// One of the seed's read queries.
