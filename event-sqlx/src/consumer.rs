@@ -7,7 +7,7 @@ use sqlx::Pool;
 
 use crate::clock::Clock;
 use crate::config::backoff::Backoff;
-use crate::error::Error;
+use crate::error::{Error, HandlerError};
 use crate::inbox::{Handled, Inbox, InboxError};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
@@ -15,40 +15,6 @@ use crate::sql::inbox as sql;
 use crate::status::{FailureClass, QuarantineStatus};
 use crate::table::TableName;
 use body_digest::digest;
-
-/// How a handler failed: the convention every handler of the crate follows (consumers and the
-/// message worker).
-///
-/// A database error converts into `Transient` (`?` on a sqlx call), since a database that is
-/// down or deadlocked is usually back on the next attempt.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HandlerError {
-    /// A dependency is down or slow: try again later.
-    #[error("transient: {0}")]
-    Transient(String),
-    /// This event can never be processed as it is (bad input): quarantine it (a consumer), or
-    /// stop retrying it (the message worker).
-    #[error("permanent: {0}")]
-    Permanent(String),
-    /// The code is wrong: stop consuming until it is fixed, then replay.
-    #[error("bug: {0}")]
-    Bug(String),
-}
-
-impl HandlerError {
-    /// The message without the class.
-    pub fn message(&self) -> &str {
-        match self {
-            HandlerError::Transient(m) | HandlerError::Permanent(m) | HandlerError::Bug(m) => m,
-        }
-    }
-}
-
-impl From<sqlx::Error> for HandlerError {
-    fn from(error: sqlx::Error) -> Self {
-        HandlerError::Transient(error.to_string())
-    }
-}
 
 /// What processing a message did. Every outcome but an error means: acknowledge the message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -53,7 +53,7 @@ mod worker;
 mod brokers;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{BoxError, Error, RecordError};
+pub use error::{BoxError, Error, HandlerError, RecordError};
 pub use status::{EventStatus, FailureClass, FailureClassError, QuarantineStatus, StatusError};
 pub use table::{TableName, TableNameError};
 
@@ -71,7 +71,7 @@ pub use message::MessageStore;
 pub use outbox::{Outbox, Republish};
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
 
-pub use consumer::{Consumer, HandlerError, Processed};
+pub use consumer::{Consumer, Processed};
 pub use relay::{BatchReport, Relay};
 pub use worker::{MessageWorker, WorkerReport};
 

@@ -11,8 +11,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use crate::config::backoff::Backoff;
-use crate::consumer::HandlerError;
-use crate::error::Error;
+use crate::error::{Error, HandlerError};
 use crate::message::MessageStore;
 use crate::row::message::MessageRecord;
 use crate::sql::dialect::Backend;

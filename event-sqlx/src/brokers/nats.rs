@@ -172,7 +172,7 @@ impl JetStreamSubscription {
     pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
         consumer: &crate::consumer::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
@@ -190,7 +190,7 @@ impl JetStreamSubscription {
         &self,
         consumer: &crate::consumer::Consumer<DB>,
         idle: Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);

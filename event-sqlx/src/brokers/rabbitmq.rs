@@ -196,7 +196,7 @@ impl RabbitMqSubscription {
     pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
         &self,
         consumer: &crate::consumer::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
@@ -214,7 +214,7 @@ impl RabbitMqSubscription {
         &self,
         consumer: &crate::consumer::Consumer<DB>,
         idle: std::time::Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::consumer::HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
         use lapin::options::{
