@@ -58,7 +58,7 @@ fn read_schema(path: &Path) -> anyhow::Result<Value> {
 /// `eventctl schema check`.
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
-    /// The snapshot directory: <dir>/<EVENT_TYPE>/v<N>.json.
+    /// The snapshot directory, holding DIR/EVENT_TYPE/vN.json.
     #[arg(long, default_value = "schemas")]
     dir: PathBuf,
     /// Also fail when a snapshot that existed at this git revision was removed or edited in a

@@ -1,45 +1,4 @@
-//! Domain events for Rust: `#[derive(DomainEvent)]`, envelopes, aggregates and the unit of work.
-//!
-//! - [`DomainEvent`] gives a serde payload struct a stable event type, a version, a deterministic
-//!   [`EventNo`] (its idempotency key) and a JSON schema, all checked at compile time.
-//! - [`Aggregate`]s record events as their state changes; a [`UnitOfWork`] numbers them per
-//!   aggregate, stamps time, trace and headers, and hands the [`EventEnvelope`]s over on commit.
-//! - `event-sqlx` writes them to a transactional outbox in the same database transaction as the
-//!   state, and relays them to a broker.
-//!
-//! ```
-//! use event_core::{Aggregate, DomainEvent, EventContext, RecordedEvents, UnitOfWork};
-//!
-//! #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema, DomainEvent)]
-//! #[domain_event(event_type = "ORDER_PAID", version = 2, aggregate = "ORDER", event_no = "ORDER_PAID:{order_id}")]
-//! pub struct OrderPaid {
-//!     #[domain_event(aggregate_id)]
-//!     pub order_id: String,
-//!     pub amount_minor: i64,
-//!     pub currency: String,
-//! }
-//!
-//! struct Order { id: String, paid: bool, events: RecordedEvents }
-//!
-//! impl Aggregate for Order {
-//!     const AGGREGATE_TYPE: &'static str = "ORDER";
-//!     fn aggregate_id(&self) -> String { self.id.clone() }
-//!     fn recorded_events(&mut self) -> &mut RecordedEvents { &mut self.events }
-//! }
-//!
-//! let mut order = Order { id: "o-1".into(), paid: false, events: RecordedEvents::loaded_at(1) };
-//! order.paid = true;
-//! order.record(OrderPaid { order_id: "o-1".into(), amount_minor: 1999, currency: "EUR".into() })?;
-//!
-//! let mut uow = UnitOfWork::new(EventContext::new("order-service").tenant_id("acme"));
-//! uow.collect(&mut order)?;
-//! let envelopes = uow.commit();
-//! assert_eq!(envelopes[0].event_id.as_str(), "ORDER_PAID:o-1");
-//! assert_eq!(envelopes[0].aggregate_sequence, 2);
-//! let paid: OrderPaid = envelopes[0].decode()?;
-//! assert_eq!(paid.amount_minor, 1999);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+#![doc = include_str!("../README.md")]
 
 mod aggregate;
 mod envelope;

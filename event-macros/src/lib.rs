@@ -2,8 +2,8 @@
 //!
 //! Use it through `event_core` (`use event_core::DomainEvent;`): the generated code refers to the
 //! runtime by absolute paths into that crate. The derive works in three stages, one module each:
-//! [`ast`] reads the input into a model and collects every error it finds, [`template`] parses the
-//! `event_no` template, and [`expand`] writes the impl.
+//! `ast` reads the input into a model and collects every error it finds, `template` parses the
+//! `event_no` template, and `expand` writes the impl.
 
 mod ast;
 mod case;

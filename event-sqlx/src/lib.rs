@@ -1,27 +1,4 @@
-//! Storage and delivery of domain events on sqlx: the transactional outbox of the seeds
-//! (`biz_outbox_event`), its relay, the message event table (`biz_message_event`) and the
-//! consumer inbox (`consumed_event`), on PostgreSQL, MySQL/MariaDB and SQLite.
-//!
-//! ```no_run
-//! # #[cfg(feature = "sqlite")]
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use event_sqlx::{JsonLinesPublisher, Outbox, OutboxConfig, RelayConfig};
-//!
-//! let pool = sqlx::SqlitePool::connect("sqlite://orders.db?mode=rwc").await?;
-//! let outbox = Outbox::new(pool.clone(), OutboxConfig::new());
-//! outbox.migrate().await?;
-//!
-//! // In a command handler: state and events in one transaction.
-//! # let uow = event_core::UnitOfWork::new(event_core::EventContext::new("order-service"));
-//! let mut tx = pool.begin().await?;
-//! // ... UPDATE orders ... in tx ...
-//! let report = outbox.commit(tx, uow).await?;
-//!
-//! // In the background: publish what was committed.
-//! let relay = outbox.relay(JsonLinesPublisher::stdout(), RelayConfig::new("relay-1"));
-//! relay.run(async { tokio::signal::ctrl_c().await.ok(); }).await;
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../README.md")]
 
 // The layers, each importing only from those below it:
 //   L5  brokers                                   NATS JetStream, RabbitMQ
