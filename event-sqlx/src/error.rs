@@ -171,6 +171,21 @@ impl From<sqlx::Error> for HandlerError {
     }
 }
 
+/// Shows an error and each of its sources once, `: `-separated: what logs print.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 /// A stored row that cannot be turned back into an envelope.
 #[derive(Debug, thiserror::Error)]
 #[error(

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::config::relay::RelayConfig;
-use crate::error::Error;
+use crate::error::{Chain, Error};
 use crate::outbox::Outbox;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::row::outbox::OutboxRecord;
@@ -291,7 +291,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                         tracing::info!(relay = %self.config.instance_id, recovered = n, "recovered expired leases")
                     }
                     Err(e) => {
-                        tracing::warn!(relay = %self.config.instance_id, error = %e, "lease recovery failed")
+                        tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "lease recovery failed")
                     }
                 }
                 last_recovery = Some(Instant::now());
@@ -301,7 +301,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 match self.claim().await {
                     Ok(claimed) => batch = claimed,
                     Err(e) => {
-                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay claim failed; retrying");
+                        tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "relay claim failed; retrying");
                         failed = true;
                     }
                 }
@@ -311,14 +311,14 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 match delivered {
                     Ok(report) => total += report,
                     Err(e) => {
-                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay batch failed; retrying");
+                        tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "relay batch failed; retrying");
                         failed = true;
                     }
                 }
                 match next {
                     Ok(next) => batch = next,
                     Err(e) => {
-                        tracing::warn!(relay = %self.config.instance_id, error = %e, "relay claim failed; retrying");
+                        tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "relay claim failed; retrying");
                         failed = true;
                     }
                 }
@@ -340,7 +340,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             match self.deliver(batch).await {
                 Ok(report) => total += report,
                 Err(e) => {
-                    tracing::warn!(relay = %self.config.instance_id, error = %e, "could not finish the last batch; its leases expire and another relay publishes it")
+                    tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "could not finish the last batch; its leases expire and another relay publishes it")
                 }
             }
         }

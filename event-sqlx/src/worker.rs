@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use crate::config::backoff::Backoff;
-use crate::error::{Error, HandlerError};
+use crate::error::{Chain, Error, HandlerError};
 use crate::message::MessageStore;
 use crate::row::message::MessageRecord;
 use crate::sql::dialect::Backend;
@@ -223,7 +223,9 @@ impl<DB: Backend> MessageWorker<DB> {
                         }
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "message worker round failed; retrying"),
+                Err(e) => {
+                    tracing::warn!(error = %Chain(&e), "message worker round failed; retrying")
+                }
             }
             tokio::select! {
                 () = &mut shutdown => return total,
