@@ -6,6 +6,9 @@
 //!   L5 brokers; L4 relay, worker, consumer; L3 outbox, message, inbox, publisher;
 //!   L2 sql; L1 row, config; L0 status, table, clock, error.
 
+// A panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
