@@ -224,10 +224,10 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
     );
 }
 
-async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestDb<DB>) {
-    place(db, "o-3", false).await;
+/// Order `id` loaded as if it had no events yet (a stale version), with a note recorded on it.
+fn loaded_as_new(id: &str) -> Order {
     let mut stale = Order {
-        id: "o-3".into(),
+        id: id.into(),
         paid: false,
         events: RecordedEvents::new(),
     };
@@ -236,6 +236,12 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
             text: "late".into(),
         })
         .unwrap();
+    stale
+}
+
+async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestDb<DB>) {
+    place(db, "o-3", false).await;
+    let mut stale = loaded_as_new("o-3");
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut stale).unwrap();
     let mut tx = db.pool().begin().await.unwrap();
@@ -258,16 +264,7 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
 async fn a_sequence_conflict_names_the_row_that_conflicted<DB: Orders>(db: &TestDb<DB>) {
     place(db, "o-taken", false).await;
     let mut fresh = Order::place("o-fresh", 10).unwrap();
-    let mut stale = Order {
-        id: "o-taken".into(),
-        paid: false,
-        events: RecordedEvents::new(),
-    };
-    stale
-        .record(NoteAdded {
-            text: "late".into(),
-        })
-        .unwrap();
+    let mut stale = loaded_as_new("o-taken");
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut fresh).unwrap();
     uow.collect(&mut stale).unwrap();
