@@ -220,10 +220,16 @@ pub trait Orders: Backend {
 
     /// How many orders exist.
     fn count_orders(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<i64>> + Send + '_;
+
+    /// The status an order has, if it exists.
+    fn order_status<'a>(
+        pool: &'a Pool<Self>,
+        id: &'a str,
+    ) -> impl Future<Output = sqlx::Result<Option<String>>> + Send + 'a;
 }
 
 macro_rules! impl_orders {
-    ($db:ty, $upsert:literal) => {
+    ($db:ty, $upsert:literal, $status:literal) => {
         impl Orders for $db {
             fn save_order<'a>(
                 conn: &'a mut Self::Connection,
@@ -251,21 +257,36 @@ macro_rules! impl_orders {
                         .await
                 }
             }
+
+            fn order_status<'a>(
+                pool: &'a Pool<Self>,
+                id: &'a str,
+            ) -> impl Future<Output = sqlx::Result<Option<String>>> + Send + 'a {
+                async move {
+                    sqlx::query_scalar::<_, String>($status)
+                        .bind(id)
+                        .fetch_optional(pool)
+                        .await
+                }
+            }
         }
     };
 }
 
 impl_orders!(
     Postgres,
-    "INSERT INTO orders (id, status, version) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version"
+    "INSERT INTO orders (id, status, version) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version",
+    "SELECT status FROM orders WHERE id = $1"
 );
 impl_orders!(
     MySql,
-    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE status = VALUES(status), version = VALUES(version)"
+    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE status = VALUES(status), version = VALUES(version)",
+    "SELECT status FROM orders WHERE id = ?"
 );
 impl_orders!(
     Sqlite,
-    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, version = excluded.version"
+    "INSERT INTO orders (id, status, version) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, version = excluded.version",
+    "SELECT status FROM orders WHERE id = ?"
 );
 
 /// The NATS server tests use.

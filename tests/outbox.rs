@@ -259,6 +259,152 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
     );
 }
 
+/// Pays `id` as loaded at version 1 (placed, not paid), writing `status` with it.
+async fn pay_from_version_1<DB: Orders>(
+    outbox: &event_sqlx::Outbox<DB>,
+    db: &TestDb<DB>,
+    id: &str,
+    status: &str,
+    amount_minor: i64,
+) -> Result<event_sqlx::Commit, Error> {
+    let mut order = Order {
+        id: id.into(),
+        paid: false,
+        events: RecordedEvents::loaded_at(1),
+    };
+    order.pay(amount_minor).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, id, status, 2).await.unwrap();
+    outbox.commit(tx, uow).await
+}
+
+/// The commit rule for repeated and stale commands: state commits only with its events.
+async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
+    // An exact retry: the same command after it committed.
+    place(db, "o-retry", false).await;
+    let first = pay_from_version_1(&db.outbox, db, "o-retry", "PAID", 1000)
+        .await
+        .unwrap();
+    assert!(matches!(first, event_sqlx::Commit::Committed(ref r) if r.recorded.len() == 1));
+    let stored = db.outbox.by_event_no("ORDER_PAID:o-retry").await.unwrap();
+    let retry = pay_from_version_1(&db.outbox, db, "o-retry", "PAID (retried)", 1000)
+        .await
+        .unwrap();
+    assert!(retry.already_applied(), "{retry:?}");
+    assert_eq!(
+        retry.report().already_recorded[0].as_str(),
+        "ORDER_PAID:o-retry"
+    );
+    assert_eq!(
+        DB::order_status(db.pool(), "o-retry")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PAID"),
+        "the retry's state change was rolled back"
+    );
+    assert_eq!(
+        db.outbox.by_event_no("ORDER_PAID:o-retry").await.unwrap(),
+        stored
+    );
+
+    // Two concurrent commands loaded version 1; both pay, so both record ORDER_PAID:o-race at
+    // sequence 2. The second finds it recorded: its own state change (another amount) does not
+    // land without an event.
+    place(db, "o-race", false).await;
+    let (a, b) = (
+        pay_from_version_1(&db.outbox, db, "o-race", "PAID 1000", 1000)
+            .await
+            .unwrap(),
+        pay_from_version_1(&db.outbox, db, "o-race", "PAID 999", 999)
+            .await
+            .unwrap(),
+    );
+    assert!(!a.already_applied() && b.already_applied(), "{a:?} {b:?}");
+    assert_eq!(
+        DB::order_status(db.pool(), "o-race")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PAID 1000")
+    );
+
+    // A stale command with another event number: a sequence conflict, nothing committed.
+    let mut stale = loaded_as_new("o-race");
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut stale).unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-race", "NOTED", 2).await.unwrap();
+    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+    assert!(matches!(err, Error::SequenceConflict { .. }), "{err}");
+    assert_eq!(
+        DB::order_status(db.pool(), "o-race")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PAID 1000")
+    );
+
+    // Part recorded before, part new: a stale command; nothing committed.
+    let mut order = Order {
+        id: "o-race".into(),
+        paid: false,
+        events: RecordedEvents::loaded_at(1),
+    };
+    order.pay(1000).unwrap();
+    order
+        .record(NoteAdded {
+            text: "thanks".into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-race", "PAID AND NOTED", 3)
+        .await
+        .unwrap();
+    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::PartlyRecorded { event_no, new: 1, .. } if event_no == "ORDER_PAID:o-race"),
+        "{err}"
+    );
+    assert_eq!(
+        DB::order_status(db.pool(), "o-race")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PAID 1000")
+    );
+    assert_eq!(
+        db.outbox
+            .by_aggregate("ORDER", "o-race")
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "the new note was not written either"
+    );
+
+    // Opting in keeps the former behaviour: the duplicate is absorbed, the state commits.
+    let lenient = event_sqlx::Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new().commit_state_on_duplicates(),
+    );
+    let kept = pay_from_version_1(&lenient, db, "o-race", "PAID AGAIN", 1000)
+        .await
+        .unwrap();
+    assert!(matches!(kept, event_sqlx::Commit::Committed(ref r) if r.already_recorded.len() == 1));
+    assert_eq!(
+        DB::order_status(db.pool(), "o-race")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PAID AGAIN")
+    );
+}
+
 /// A flush of several aggregates in which a later row takes a stored sequence: the conflict names
 /// that row, not the first one, and nothing of the flush is written.
 async fn a_sequence_conflict_names_the_row_that_conflicted<DB: Orders>(db: &TestDb<DB>) {
@@ -849,6 +995,7 @@ on_every_backend!(
     a_duplicate_event_no_is_absorbed_and_changes_nothing,
     a_stale_aggregate_version_is_a_sequence_conflict,
     a_sequence_conflict_names_the_row_that_conflicted,
+    a_command_applied_before_commits_nothing,
     an_oversized_payload_is_rejected_and_nothing_is_written,
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
     drain_publishes_every_claimable_event_in_aggregate_order,

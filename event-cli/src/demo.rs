@@ -113,7 +113,7 @@ impl Orders {
         &self,
         order: &mut Order,
         context: EventContext,
-    ) -> anyhow::Result<event_sqlx::FlushReport> {
+    ) -> anyhow::Result<event_sqlx::Commit> {
         let mut uow = UnitOfWork::new(context);
         uow.collect(order)?;
         let mut tx: Transaction<'_, Sqlite> = self.pool.begin().await?;
@@ -168,6 +168,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 context().correlation_id(format!("checkout-{i}")),
             )
             .await?
+            .report()
             .recorded
             .len();
 
@@ -182,22 +183,25 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 context().correlation_id(format!("checkout-{i}")),
             )
             .await?
+            .report()
             .recorded
             .len();
         if i == 1 {
             second.pay(&format!("pay-{i}"))?;
-            let report = orders
+            let commit = orders
                 .save(
                     &mut second,
                     context().correlation_id(format!("checkout-{i}")),
                 )
                 .await?;
-            for no in &report.already_recorded {
-                println!(
-                    "duplicate webhook for {id}: {no} was already recorded, nothing written twice"
-                );
+            if commit.already_applied() {
+                for no in &commit.report().already_recorded {
+                    println!(
+                        "duplicate webhook for {id}: {no} was already recorded; its transaction was rolled back, nothing written twice"
+                    );
+                }
             }
-            absorbed += report.already_recorded.len();
+            absorbed += commit.report().already_recorded.len();
         }
     }
     println!(

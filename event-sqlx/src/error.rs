@@ -53,6 +53,22 @@ pub enum Error {
         /// The event number of the refused row.
         event_no: String,
     },
+    /// Some events of a unit of work had been recorded before and others were new: the command
+    /// ran on a stale state, part of which another command had already applied. Nothing was
+    /// committed.
+    #[error(
+        "event {event_no} of {aggregate_type} {aggregate_id} was recorded before, while {new} other events of the same unit of work are new: the command ran on a stale state. Nothing was committed; reload the aggregate and retry the command"
+    )]
+    PartlyRecorded {
+        /// Aggregate type of the event found recorded.
+        aggregate_type: String,
+        /// Aggregate id of the event found recorded.
+        aggregate_id: String,
+        /// The event found recorded.
+        event_no: String,
+        /// How many events were new.
+        new: usize,
+    },
     /// The database is unreachable or refused the statement.
     #[error("database error on {table}")]
     Database {

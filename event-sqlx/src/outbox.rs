@@ -144,20 +144,56 @@ impl<DB: Backend> Outbox<DB> {
         Ok(report)
     }
 
-    /// Flushes the unit of work's events into `tx`, commits `tx`, and wakes this process's
-    /// relays. State written in `tx` and the events commit together.
+    /// Flushes the unit of work's events into `tx` and commits `tx` with them, or rolls it back
+    /// when the command had already been applied; wakes this process's relays.
+    ///
+    /// State is committed only together with the events that describe it:
+    /// - every event is new: state and events commit ([`Commit::Committed`]);
+    /// - every event was already recorded (a retried command, or a concurrent command that did
+    ///   the same thing from the same stale state): nothing is committed, the caller's state
+    ///   changes included, and the result is [`Commit::AlreadyApplied`]. The command succeeded
+    ///   before; answer as for a success;
+    /// - some events were recorded before and others are new: the command ran on a stale state.
+    ///   Nothing is committed: [`Error::PartlyRecorded`];
+    /// - an event takes a sequence another event holds: [`Error::SequenceConflict`].
+    ///
+    /// After either error, reload the aggregate and run the command again.
+    /// [`OutboxConfig::commit_state_on_duplicates`] keeps the state of a command whose events
+    /// were all or partly recorded before.
     pub async fn commit(
         &self,
         mut tx: Transaction<'_, DB>,
         uow: UnitOfWork,
-    ) -> Result<FlushReport, Error> {
+    ) -> Result<Commit, Error> {
         let envelopes = uow.commit();
         let report = self.flush(&mut tx, &envelopes).await?;
+        // Duplicates within this unit of work are not news of an earlier command.
+        let stored_before: Vec<&EventNo> = report
+            .already_recorded
+            .iter()
+            .filter(|no| !report.recorded.contains(no))
+            .collect();
+        if !stored_before.is_empty() && !self.config.commit_state_on_duplicates {
+            let first = stored_before[0].clone();
+            tx.rollback().await.map_err(|e| self.db_error(e))?;
+            if report.recorded.is_empty() {
+                return Ok(Commit::AlreadyApplied(report));
+            }
+            let envelope = envelopes.iter().find(|e| e.event_id == first);
+            return Err(Error::PartlyRecorded {
+                aggregate_type: envelope
+                    .map(|e| e.aggregate_type.clone())
+                    .unwrap_or_default(),
+                aggregate_id: envelope.map(|e| e.aggregate_id.clone()).unwrap_or_default(),
+                event_no: first.to_string(),
+                new: report.recorded.len(),
+            });
+        }
         tx.commit().await.map_err(|e| self.db_error(e))?;
         if !report.recorded.is_empty() {
             self.notify_relays();
         }
-        Ok(report)
+        Ok(Commit::Committed(report))
     }
 
     /// Wakes this process's relays, e.g. after committing a flush done with [`Outbox::flush`].
@@ -550,6 +586,31 @@ fn json_len(value: &serde_json::Value) -> usize {
     match serde_json::to_writer(&mut counter, value) {
         Ok(()) => counter.0,
         Err(_) => usize::MAX,
+    }
+}
+
+/// What [`Outbox::commit`] did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum Commit {
+    /// The caller's state and the events committed together.
+    Committed(FlushReport),
+    /// Every event had been recorded before: the command was applied already (a retry, or a
+    /// concurrent command that did the same). Nothing was committed, the caller's state changes
+    /// included.
+    AlreadyApplied(FlushReport),
+}
+
+impl Commit {
+    /// What the flush found.
+    pub fn report(&self) -> &FlushReport {
+        match self {
+            Commit::Committed(report) | Commit::AlreadyApplied(report) => report,
+        }
+    }
+
+    /// Whether the command had been applied before, so that nothing was committed.
+    pub fn already_applied(&self) -> bool {
+        matches!(self, Commit::AlreadyApplied(_))
     }
 }
 

@@ -38,6 +38,7 @@ pub struct OutboxConfig {
     pub(crate) routes: HashMap<String, Route>,
     pub(crate) notify_channel: Option<String>,
     pub(crate) clock: SharedClock,
+    pub(crate) commit_state_on_duplicates: bool,
 }
 
 impl Default for OutboxConfig {
@@ -49,6 +50,7 @@ impl Default for OutboxConfig {
             routes: HashMap::new(),
             notify_channel: None,
             clock: crate::clock::system(),
+            commit_state_on_duplicates: false,
         }
     }
 }
@@ -97,6 +99,18 @@ impl OutboxConfig {
     /// [`ManualClock`]: crate::ManualClock
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = std::sync::Arc::new(clock);
+        self
+    }
+
+    /// Makes [`Outbox::commit`] commit the caller's state even when some or all of the unit of
+    /// work's events had been recorded before (they are reported in
+    /// [`FlushReport::already_recorded`] and left as stored). Off by default: then such a
+    /// command commits nothing, because its state would land without the events describing it.
+    ///
+    /// [`Outbox::commit`]: crate::Outbox::commit
+    /// [`FlushReport::already_recorded`]: crate::FlushReport::already_recorded
+    pub fn commit_state_on_duplicates(mut self) -> Self {
+        self.commit_state_on_duplicates = true;
         self
     }
 
