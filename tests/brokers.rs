@@ -94,13 +94,7 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
         .await
         .unwrap()
         .iter()
-        .map(|r| OutboxMessage {
-            envelope: r.envelope().unwrap(),
-            channel: r.publish_channel.clone(),
-            topic: r.topic.clone(),
-            routing_key: r.routing_key.clone(),
-            retry_count: 0,
-        })
+        .map(|r| OutboxMessage::from_record(r).unwrap())
         .collect();
     assert!(publisher.publish(&again).await.iter().all(Result::is_ok));
     let info = js

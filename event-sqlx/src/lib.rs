@@ -45,7 +45,7 @@ pub use sql::dialect::{Backend, Dialect};
 
 pub use inbox::{Handled, Inbox, InboxError};
 pub use message::MessageStore;
-pub use outbox::{Commit, Outbox, Republish};
+pub use outbox::{Commit, Outbox, Republish, RepublishReport};
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
 
 pub use consumer::{Consumer, Processed};

@@ -373,15 +373,19 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Publishes already published events again through `publisher`: those of one aggregate, of
-    /// one event type, or created in a time range (the filters combine). The rows are left as
-    /// they are; consumers' inboxes absorb what they already applied. Returns how many were
-    /// published and how many failed.
+    /// one event type, or created in a time range (the filters combine), a page of 500 at a time.
+    ///
+    /// Each goes out under a message id of its own (see [`OutboxMessage::message_id`]), so a
+    /// broker that deduplicates (JetStream) delivers it even inside its duplicate window. The
+    /// rows are left as they are; consumers' inboxes absorb what they already applied.
     pub async fn republish<P: Publisher>(
         &self,
         filter: &Republish<'_>,
         publisher: &P,
-    ) -> Result<(usize, usize), Error> {
-        let (mut published, mut failed, mut after_id) = (0, 0, 0);
+    ) -> Result<RepublishReport, Error> {
+        let run = self.now().timestamp_micros();
+        let mut report = RepublishReport::default();
+        let mut after_id = 0;
         loop {
             let page = self
                 .select(Select::Published {
@@ -394,18 +398,23 @@ impl<DB: Backend> Outbox<DB> {
                 })
                 .await?;
             let Some(last) = page.last() else {
-                return Ok((published, failed));
+                return Ok(report);
             };
             after_id = last.id;
+            report.selected += page.len();
             let messages = page
                 .iter()
-                .map(OutboxMessage::from_record)
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|record| Ok(OutboxMessage::from_record(record)?.republished(run)))
+                .collect::<Result<Vec<_>, Error>>()?;
             for result in publisher.publish(&messages).await {
-                if result.is_ok() {
-                    published += 1;
-                } else {
-                    failed += 1;
+                match result {
+                    Ok(()) => report.accepted += 1,
+                    Err(e) => {
+                        report.failed += 1;
+                        if report.first_failure.is_none() {
+                            report.first_failure = Some(e.reason().to_owned());
+                        }
+                    }
                 }
             }
         }
@@ -612,6 +621,19 @@ impl Commit {
     pub fn already_applied(&self) -> bool {
         matches!(self, Commit::AlreadyApplied(_))
     }
+}
+
+/// What [`Outbox::republish`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RepublishReport {
+    /// Published events the filter selected.
+    pub selected: usize,
+    /// Accepted by the broker (acknowledged, confirmed).
+    pub accepted: usize,
+    /// Refused or not acknowledged.
+    pub failed: usize,
+    /// The reason of the first failure.
+    pub first_failure: Option<String>,
 }
 
 /// Which published events [`Outbox::republish`] sends again; unset filters match everything.

@@ -25,6 +25,11 @@ pub struct OutboxMessage {
     pub routing_key: Option<String>,
     /// Attempts before this one.
     pub retry_count: u32,
+    /// The broker's deduplication id (JetStream's `Nats-Msg-Id`, AMQP's `message_id`): the event
+    /// number, or for a republish the event number, `~republish-` and the republish's own id, so
+    /// that the broker takes it even inside its duplicate window. Consumers deduplicate on the
+    /// envelope's `eventId`, which never changes.
+    pub message_id: String,
 }
 
 impl OutboxMessage {
@@ -36,7 +41,19 @@ impl OutboxMessage {
             topic: record.topic.clone(),
             routing_key: record.routing_key.clone(),
             retry_count: u32::try_from(record.retry_count).unwrap_or(0),
+            message_id: record.event_no.clone(),
         })
+    }
+
+    /// The message sent again by the republish `run` (any id that differs between republishes).
+    pub fn republished(mut self, run: impl Display) -> OutboxMessage {
+        self.message_id = format!("{}~republish-{run}", self.envelope.event_id);
+        self
+    }
+
+    /// Whether this is a republish of an event published before.
+    pub fn is_republish(&self) -> bool {
+        self.message_id != self.envelope.event_id.as_str()
     }
 }
 

@@ -87,7 +87,7 @@ impl Publisher for NatsPublisher {
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", message.envelope.event_id.as_str());
+            headers.insert("Nats-Msg-Id", message.message_id.as_str());
             for (name, value) in event_headers(message) {
                 headers.insert(name, value.as_str());
             }
@@ -105,11 +105,23 @@ impl Publisher for NatsPublisher {
             pending.push(sent);
         }
         let mut results = Vec::with_capacity(messages.len());
-        for sent in pending {
+        for (message, sent) in messages.iter().zip(pending) {
             results.push(match sent {
-                Ok(ack) => ack.await.map(drop).map_err(|e| {
-                    PublishError::with_source("NATS did not acknowledge the publish", e)
-                }),
+                Ok(ack) => match ack.await {
+                    // A republish carries an id of its own: if the stream still calls it a
+                    // duplicate, nobody will receive it.
+                    Ok(ack) if ack.duplicate && message.is_republish() => Err(PublishError::new(
+                        format!(
+                            "JetStream dropped republished {} as a duplicate of message id {} inside the stream's duplicate window",
+                            message.envelope.event_id, message.message_id
+                        ),
+                    )),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(PublishError::with_source(
+                        "NATS did not acknowledge the publish",
+                        e,
+                    )),
+                },
                 Err(e) => Err(e),
             });
         }

@@ -86,7 +86,7 @@ impl Publisher for RabbitMqPublisher {
                 );
             }
             let properties = BasicProperties::default()
-                .with_message_id(ShortString::from(message.envelope.event_id.as_str()))
+                .with_message_id(ShortString::from(message.message_id.as_str()))
                 .with_content_type(ShortString::from("application/json"))
                 .with_delivery_mode(2)
                 .with_headers(headers);
