@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, FailureClass, HandlerError, JetStreamSubscription, NatsPublisher, Outbox,
+    Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, NatsPublisher, Outbox,
     OutboxConfig, Processed, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, nats_url, reachable, unique};
@@ -36,6 +36,14 @@ async fn invoice(tx: &mut sqlx::SqliteConnection, paid: OrderPaid) -> Result<(),
         .await
         .map_err(|e| HandlerError::Transient(e.to_string()))?;
     Ok(())
+}
+
+/// [`invoice`] as the consumer's handler of ORDER_PAID.
+async fn invoice_delivered(
+    tx: &mut sqlx::SqliteConnection,
+    paid: Delivered<OrderPaid>,
+) -> Result<(), HandlerError> {
+    invoice(tx, paid.into_event()).await
 }
 
 /// The order service: both events routed to `topic` (per-aggregate order holds ORDER_PAID until
@@ -88,7 +96,9 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
     relay.drain().await.unwrap();
 
-    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").owner("billing-team");
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2")
+        .owner("billing-team")
+        .on(invoice_delivered);
     let subject = format!("{topic}.order.paid");
     let ack_wait = Duration::from_millis(800);
     let subscription =
@@ -128,7 +138,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
             "redeliveries never came: {report:?}"
         );
         let round = subscription
-            .drain::<_, OrderPaid>(&consumer, Duration::from_millis(200), invoice)
+            .drain(&consumer, Duration::from_millis(200))
             .await
             .unwrap();
         report.applied += round.applied;
@@ -154,7 +164,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         "{republished:?}"
     );
     let report = subscription
-        .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
+        .drain(&consumer, Duration::from_millis(1500))
         .await
         .unwrap();
     assert_eq!(
@@ -186,7 +196,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .unwrap();
     relay.drain().await.unwrap();
     let report = subscription
-        .drain::<_, OrderPaid>(&consumer, Duration::from_millis(1500), invoice)
+        .drain(&consumer, Duration::from_millis(1500))
         .await
         .unwrap();
     assert_eq!(report.quarantined, 2, "{report:?}");
@@ -254,19 +264,17 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .unwrap()
         .await
         .unwrap();
-    let other = Consumer::new(pool.clone(), "audit-service", "0.1.0");
+    let other = Consumer::new(pool.clone(), "audit-service", "0.1.0").on(
+        async |_tx: &mut sqlx::SqliteConnection, _paid: Delivered<OrderPaid>| {
+            Err(HandlerError::Bug("index out of bounds".into()))
+        },
+    );
     let audit =
         JetStreamSubscription::durable(&publisher, &stream, "audit-service", &subject, ack_wait)
             .await
             .unwrap();
     let stopped = audit
-        .drain::<_, OrderPaid>(
-            &other,
-            Duration::from_millis(1000),
-            async |_tx: &mut sqlx::SqliteConnection, _paid: OrderPaid| {
-                Err(HandlerError::Bug("index out of bounds".into()))
-            },
-        )
+        .drain(&other, Duration::from_millis(1000))
         .await
         .unwrap_err();
     assert!(
@@ -323,7 +331,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     let relay = outbox.relay(publisher, RelayConfig::new("relay"));
     relay.drain().await.unwrap();
 
-    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2");
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").on(invoice_delivered);
     // A consumer takes three messages, commits their effects, and dies before acknowledging:
     // closing its channel returns them to the queue.
     {
@@ -353,10 +361,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     assert_eq!(invoices(&pool).await, 3);
 
     let idle = Duration::from_millis(1500);
-    let report = subscription
-        .drain::<_, OrderPaid>(&consumer, idle, invoice)
-        .await
-        .unwrap();
+    let report = subscription.drain(&consumer, idle).await.unwrap();
     assert_eq!((report.applied, report.duplicates), (7, 3), "{report:?}");
     assert_eq!(invoices(&pool).await, ORDERS);
 
@@ -371,10 +376,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
         (republished.selected, republished.accepted),
         (ORDERS as usize, ORDERS as usize)
     );
-    let report = subscription
-        .drain::<_, OrderPaid>(&consumer, idle, invoice)
-        .await
-        .unwrap();
+    let report = subscription.drain(&consumer, idle).await.unwrap();
     assert_eq!(
         (report.applied, report.duplicates),
         (0, ORDERS as usize),

@@ -9,8 +9,8 @@ use anyhow::Context;
 use chrono::Utc;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig, Publisher,
-    RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route,
+    Consumer, Delivered, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig,
+    Publisher, RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, amqp_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
@@ -69,17 +69,17 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
         pool.clone(),
         OutboxConfig::new().route("ORDER_PLACED", route),
     );
-    let consumer = Consumer::new(pool.clone(), "invoice-service", "bench");
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
     let handler = {
         let latencies = Arc::clone(&latencies);
-        async move |tx: &mut sqlx::PgConnection, placed: OrderPlaced| -> Result<(), HandlerError> {
+        async move |tx: &mut sqlx::PgConnection,
+                    placed: Delivered<OrderPlaced>|
+                    -> Result<(), HandlerError> {
             sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES ($1, $2)")
                 .bind(&placed.order_id)
                 .bind(placed.amount_minor)
                 .execute(&mut *tx)
-                .await
-                .map_err(|e| HandlerError::Transient(e.to_string()))?;
+                .await?;
             // The order id carries its commit time, in microseconds since the epoch.
             let committed: i64 = placed
                 .order_id
@@ -95,6 +95,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
             Ok(())
         }
     };
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "bench").on(handler);
 
     let payload = vec![b'x'; 300];
     let (raw_rate, consumed, elapsed) = match broker {
@@ -130,7 +131,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
             let js = publisher.jetstream().clone();
             let (consumed, elapsed) = pipeline(&outbox, publisher, events, async || {
                 subscription
-                    .drain::<_, OrderPlaced>(&consumer, Duration::from_millis(200), &handler)
+                    .drain(&consumer, Duration::from_millis(200))
                     .await
                     .map(|r| r.applied)
             })
@@ -174,7 +175,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
             let raw_rate = events as f64 / started.elapsed().as_secs_f64();
             let (consumed, elapsed) = pipeline(&outbox, publisher, events, async || {
                 subscription
-                    .drain::<_, OrderPlaced>(&consumer, Duration::from_millis(200), &handler)
+                    .drain(&consumer, Duration::from_millis(200))
                     .await
                     .map(|r| r.applied)
             })

@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
 use crate::inbox::{Handled, Inbox, InboxError};
+use crate::route::{Delivered, NoRoutes, On, Routes, UnknownEvents};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox as sql;
@@ -32,9 +33,38 @@ pub enum Processed {
     Stale,
 }
 
-/// One consumer: its inbox, the upcasters it reads old versions with, its quarantine.
-#[derive(Debug)]
-pub struct Consumer<DB: Backend> {
+/// One consumer: its handlers, one per event type, its inbox, the upcasters it reads old versions
+/// with, its quarantine.
+///
+/// ```no_run
+/// # #[cfg(feature = "sqlite")]
+/// # async fn demo(pool: sqlx::SqlitePool, body: &[u8]) -> Result<(), event_sqlx::Error> {
+/// # #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, event_core::DomainEvent)]
+/// # struct OrderPlaced { order_id: String }
+/// # #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, event_core::DomainEvent)]
+/// # struct OrderPaid { order_id: String }
+/// use event_sqlx::{Consumer, Delivered};
+///
+/// let consumer = Consumer::new(pool, "billing", "1.0.0")
+///     .on(async |tx: &mut sqlx::SqliteConnection, placed: Delivered<OrderPlaced>| {
+///         sqlx::query("INSERT INTO bill (order_id) VALUES (?)")
+///             .bind(&placed.order_id)
+///             .execute(&mut *tx)
+///             .await?;
+///         Ok(())
+///     })
+///     .on(async |tx: &mut sqlx::SqliteConnection, paid: Delivered<OrderPaid>| {
+///         sqlx::query("UPDATE bill SET paid = 1 WHERE order_id = ?")
+///             .bind(&paid.order_id)
+///             .execute(&mut *tx)
+///             .await?;
+///         Ok(())
+///     });
+/// // A subscription feeds it; or, for any transport, one message body at a time:
+/// consumer.receive(body, None).await?;
+/// # Ok(()) }
+/// ```
+pub struct Consumer<DB: Backend, R = NoRoutes> {
     inbox: Inbox<DB>,
     version: String,
     upcasters: Upcasters,
@@ -42,6 +72,8 @@ pub struct Consumer<DB: Backend> {
     attempts: u32,
     owner: Option<String>,
     quarantine: TableName,
+    routes: R,
+    unknown: UnknownEvents,
 }
 
 impl<DB: Backend> Consumer<DB> {
@@ -63,7 +95,42 @@ impl<DB: Backend> Consumer<DB> {
             attempts: 3,
             owner: None,
             quarantine: TableName::new("quarantined_event").unwrap_or_else(|_| unreachable!()),
+            routes: NoRoutes,
+            unknown: UnknownEvents::Ignore,
         }
+    }
+}
+
+impl<DB: Backend, R> Consumer<DB, R> {
+    /// Handles events of type `E` with `handler`, which runs in the transaction that records the
+    /// event in the inbox and gets the event as a [`Delivered`]: the newest version of `E` (older
+    /// ones upcast) and its envelope. Add one handler per event type; what arrives for a type
+    /// without one follows [`Consumer::unknown_events`].
+    ///
+    /// Its errors decide what happens to the event: see [`HandlerError`].
+    pub fn on<E, H>(self, handler: H) -> Consumer<DB, On<E, H, R>>
+    where
+        E: event_core::DomainEvent,
+        H: AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
+    {
+        Consumer {
+            inbox: self.inbox,
+            version: self.version,
+            upcasters: self.upcasters,
+            retries: self.retries,
+            attempts: self.attempts,
+            owner: self.owner,
+            quarantine: self.quarantine,
+            routes: On::new(handler, self.routes),
+            unknown: self.unknown,
+        }
+    }
+
+    /// What to do with an event of a type no handler takes: acknowledge and skip it (the
+    /// default), or quarantine it.
+    pub fn unknown_events(mut self, policy: UnknownEvents) -> Self {
+        self.unknown = policy;
+        self
     }
 
     /// Reads old versions with these upcasters instead of the registered ones.
@@ -107,14 +174,33 @@ impl<DB: Backend> Consumer<DB> {
         self.inbox.consumer()
     }
 
-    /// Processes one message body (the envelope's JSON) with `handler`, which gets the handler's
-    /// transaction and the event as the newest version of `E`. `message_id` is the broker's id,
-    /// used to name a body that cannot be read.
+    /// Processes one message body (the envelope's JSON) with `handler` alone, which gets the
+    /// handler's transaction and the event as the newest version of `E`; other event types are
+    /// ignored. `message_id` is the broker's id, used to name a body that cannot be read. For
+    /// the consumer's own handlers, see [`Consumer::receive`].
     pub async fn process<E: DomainEvent>(
         &self,
         body: &[u8],
         message_id: Option<&str>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+    ) -> Result<Processed, Error> {
+        let route = On::new(
+            async |tx: &mut DB::Connection, delivered: Delivered<E>| {
+                handler(tx, delivered.event).await
+            },
+            NoRoutes,
+        );
+        self.process_with(body, message_id, &route, UnknownEvents::Ignore)
+            .await
+    }
+
+    /// Processes one message body with `routes`.
+    async fn process_with(
+        &self,
+        body: &[u8],
+        message_id: Option<&str>,
+        routes: &impl Routes<DB>,
+        unknown: UnknownEvents,
     ) -> Result<Processed, Error> {
         let envelope: EventEnvelope = match serde_json::from_slice(body) {
             Ok(envelope) => envelope,
@@ -134,30 +220,27 @@ impl<DB: Backend> Consumer<DB> {
                     .await;
             }
         };
-        if envelope.event_type != E::EVENT_TYPE {
-            return Ok(Processed::Ignored);
+        if !routes.handles(&envelope.event_type) {
+            return match unknown {
+                UnknownEvents::Ignore => Ok(Processed::Ignored),
+                UnknownEvents::Quarantine => {
+                    let reason = format!(
+                        "consumer {} has no handler for event type {}",
+                        self.name(),
+                        envelope.event_type
+                    );
+                    self.quarantine_envelope(&envelope, body, FailureClass::Permanent, reason, 1)
+                        .await
+                }
+            };
         }
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let event: E = match self.upcasters.decode(&envelope) {
-                Ok(event) => event,
-                Err(e) => {
-                    return self
-                        .quarantine_envelope(
-                            &envelope,
-                            body,
-                            FailureClass::Permanent,
-                            e.to_string(),
-                            attempt,
-                        )
-                        .await;
-                }
-            };
             let outcome = self
                 .inbox
                 .handle(&envelope, async |tx: &mut DB::Connection| {
-                    handler(tx, event).await
+                    routes.dispatch(tx, &envelope, &self.upcasters).await
                 })
                 .await;
             let transient = match outcome {
@@ -231,7 +314,7 @@ impl<DB: Backend> Consumer<DB> {
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
     ) -> Result<usize, Error> {
         let page = self.quarantined(limit).await?;
-        self.replay_records(page, &handler).await
+        self.replay_records(page, &Self::single(&handler)).await
     }
 
     /// [`Consumer::replay`] for every quarantined event that `filter` selects (one by its
@@ -241,6 +324,26 @@ impl<DB: Backend> Consumer<DB> {
         &self,
         filter: &QuarantineFilter<'_>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+    ) -> Result<usize, Error> {
+        self.replay_with(filter, &Self::single(&handler)).await
+    }
+
+    /// A route for one ad hoc handler that takes the payload alone.
+    fn single<E: DomainEvent>(
+        handler: &impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+    ) -> impl Routes<DB> {
+        On::new(
+            async move |tx: &mut DB::Connection, delivered: Delivered<E>| {
+                handler(tx, delivered.event).await
+            },
+            NoRoutes,
+        )
+    }
+
+    async fn replay_with(
+        &self,
+        filter: &QuarantineFilter<'_>,
+        routes: &impl Routes<DB>,
     ) -> Result<usize, Error> {
         const PAGE: u32 = 100;
         let (mut replayed, mut after_id) = (0, 0);
@@ -253,22 +356,27 @@ impl<DB: Backend> Consumer<DB> {
             };
             after_id = last.id;
             let full = page.len() == PAGE as usize;
-            replayed += self.replay_records(page, &handler).await?;
+            replayed += self.replay_records(page, routes).await?;
             if !full {
                 return Ok(replayed);
             }
         }
     }
 
-    async fn replay_records<E: DomainEvent>(
+    async fn replay_records(
         &self,
         records: Vec<QuarantineRecord>,
-        handler: &impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+        routes: &impl Routes<DB>,
     ) -> Result<usize, Error> {
         let mut replayed = 0;
         for record in records {
             let outcome = self
-                .process::<E>(record.body.as_bytes(), Some(&record.event_id), handler)
+                .process_with(
+                    record.body.as_bytes(),
+                    Some(&record.event_id),
+                    routes,
+                    UnknownEvents::Ignore,
+                )
                 .await?;
             if matches!(outcome, Processed::Applied | Processed::Duplicate) {
                 let mut conn = self.conn().await?;
@@ -401,7 +509,31 @@ mod body_digest {
     }
 }
 
-impl<DB: Backend> Clone for Consumer<DB> {
+impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
+    /// Processes one message body (the envelope's JSON) with the consumer's handlers.
+    /// `message_id` is the broker's id, used to name a body that cannot be read.
+    pub async fn receive(&self, body: &[u8], message_id: Option<&str>) -> Result<Processed, Error> {
+        self.process_with(body, message_id, &self.routes, self.unknown)
+            .await
+    }
+
+    /// Processes the quarantined events that `filter` selects again with the consumer's own
+    /// handlers (after a fix), however many there are, and marks each one replayed once it is
+    /// applied or found already applied. Returns how many were replayed.
+    pub async fn replay_quarantined(&self, filter: &QuarantineFilter<'_>) -> Result<usize, Error> {
+        self.replay_with(filter, &self.routes).await
+    }
+
+    /// The event types the handlers take.
+    pub fn event_types(&self) -> Vec<&'static str> {
+        let mut types = Vec::new();
+        self.routes.event_types(&mut types);
+        types.reverse();
+        types
+    }
+}
+
+impl<DB: Backend, R: Clone> Clone for Consumer<DB, R> {
     fn clone(&self) -> Self {
         Consumer {
             inbox: self.inbox.clone(),
@@ -411,6 +543,18 @@ impl<DB: Backend> Clone for Consumer<DB> {
             attempts: self.attempts,
             owner: self.owner.clone(),
             quarantine: self.quarantine.clone(),
+            routes: self.routes.clone(),
+            unknown: self.unknown,
         }
+    }
+}
+
+impl<DB: Backend, R> std::fmt::Debug for Consumer<DB, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("name", &self.name())
+            .field("version", &self.version)
+            .field("unknown_events", &self.unknown)
+            .finish_non_exhaustive()
     }
 }

@@ -2,7 +2,7 @@
 
 // The layers, each importing only from those below it:
 //   L5  brokers                                   NATS JetStream, RabbitMQ
-//   L4  relay, worker, consumer                   loops that claim, publish, handle
+//   L4  relay, worker, consumer, route            loops that claim, publish, handle
 //   L3  outbox, message, inbox, publisher         one store per table family; where events go
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
 //   L1  row, config                               rows as Rust values; settings
@@ -25,6 +25,7 @@ mod publisher;
 
 mod consumer;
 mod relay;
+mod route;
 mod worker;
 
 mod brokers;
@@ -50,6 +51,9 @@ pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, Publish
 
 pub use consumer::{Consumer, Processed};
 pub use relay::{BatchReport, Relay};
+pub use route::{Delivered, UnknownEvents};
+#[doc(hidden)]
+pub use route::{NoRoutes, On, Routes};
 pub use worker::{MessageWorker, WorkerReport};
 
 pub use brokers::ConsumeReport;

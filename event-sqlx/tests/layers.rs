@@ -3,7 +3,7 @@
 //! other without a circle, and nothing reaches a type through the crate root's re-exports.
 //!
 //! The layers, as lib.rs draws them:
-//!   L5 brokers; L4 relay, worker, consumer; L3 outbox, message, inbox, publisher;
+//!   L5 brokers; L4 relay, worker, consumer, route; L3 outbox, message, inbox, publisher;
 //!   L2 sql; L1 row, config; L0 status, table, clock, error.
 
 // A panic is how a test fails.
@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("relay", 4),
     ("worker", 4),
     ("consumer", 4),
+    ("route", 4),
     ("brokers", 5),
 ];
 

@@ -5,8 +5,11 @@ use std::time::Duration;
 use async_nats::jetstream;
 
 use super::event_headers;
+use crate::consumer::Consumer;
 use crate::error::{BoxError, Error};
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
+use crate::route::Routes;
+use crate::sql::dialect::Backend;
 
 /// Publishes to NATS JetStream on the subject `<topic>.<routing_key>` (either alone when the other
 /// is unset), with `Nats-Msg-Id` = event number, so that the stream drops a duplicate published
@@ -181,15 +184,14 @@ impl JetStreamSubscription {
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
     /// and reports what it did. A consumer that must stop (a bug) returns the error.
-    pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
+    pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
-        consumer: &crate::consumer::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
+        consumer: &Consumer<DB, R>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
             async || {
-                self.drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
+                self.drain(consumer, std::time::Duration::from_millis(500))
                     .await
             },
             shutdown,
@@ -198,11 +200,10 @@ impl JetStreamSubscription {
     }
 
     /// Processes messages until a fetch waits `idle` without any, and reports what it did.
-    pub async fn drain<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
+    pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
-        consumer: &crate::consumer::Consumer<DB>,
+        consumer: &Consumer<DB, R>,
         idle: Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
@@ -225,9 +226,7 @@ impl JetStreamSubscription {
                     .as_ref()
                     .and_then(|h| h.get("Nats-Msg-Id"))
                     .map(|v| v.as_str().to_owned());
-                let outcome = consumer
-                    .process::<E>(&message.payload, id.as_deref(), &handler)
-                    .await?;
+                let outcome = consumer.receive(&message.payload, id.as_deref()).await?;
                 report.count(&outcome);
                 message.ack().await.map_err(&stopped)?;
             }

@@ -7,8 +7,11 @@ use lapin::{
 };
 
 use super::event_headers;
+use crate::consumer::Consumer;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
+use crate::route::Routes;
+use crate::sql::dialect::Backend;
 
 /// Publishes to RabbitMQ with publisher confirms: exchange = the row's topic, routing key = its
 /// routing key, persistent messages, `message_id` = event number, `application/json`.
@@ -193,15 +196,14 @@ impl RabbitMqSubscription {
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
     /// and reports what it did. A consumer that must stop (a bug) returns the error.
-    pub async fn run<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
+    pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
-        consumer: &crate::consumer::Consumer<DB>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
+        consumer: &Consumer<DB, R>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
         super::run_until(
             async || {
-                self.drain::<DB, E>(consumer, std::time::Duration::from_millis(500), &handler)
+                self.drain(consumer, std::time::Duration::from_millis(500))
                     .await
             },
             shutdown,
@@ -210,11 +212,10 @@ impl RabbitMqSubscription {
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
-    pub async fn drain<DB: crate::sql::dialect::Backend, E: event_core::DomainEvent>(
+    pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
-        consumer: &crate::consumer::Consumer<DB>,
+        consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), crate::error::HandlerError>,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::StreamExt;
         use lapin::options::{
@@ -246,10 +247,7 @@ impl RabbitMqSubscription {
                 .message_id()
                 .as_ref()
                 .map(|m| m.to_string());
-            match consumer
-                .process::<E>(&delivery.data, id.as_deref(), &handler)
-                .await
-            {
+            match consumer.receive(&delivery.data, id.as_deref()).await {
                 Ok(outcome) => {
                     report.count(&outcome);
                     if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
