@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
 use event_sqlx::{
-    Backoff, ChannelPublisher, Error, EventStatus, ManualClock, OutboxConfig, OutboxMessage,
+    Backoff, ChannelPublisher, Clock, Error, EventStatus, ManualClock, OutboxConfig, OutboxMessage,
     PublishError, Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
@@ -649,6 +649,54 @@ async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db
     );
 }
 
+/// Two relays drain one small backlog together: neither returns while the other still holds
+/// events whose successors it could publish, and whichever returns first finds everything
+/// published. Each event is published once, and each relay's leases show while it holds them.
+async fn relays_draining_together_finish_only_when_nothing_is_left<DB: Orders>(db: &TestDb<DB>)
+where
+    event_sqlx::Relay<DB, ChannelPublisher>: Send + Sync + 'static,
+{
+    let (aggregates, each) = (30, 4);
+    place_many(db, aggregates, each).await;
+    let (publisher, mut received) = ChannelPublisher::channel(1000);
+    let relay = |name: &str| {
+        let relay = db
+            .outbox
+            .relay(publisher.clone(), RelayConfig::new(name).batch_size(200));
+        tokio::spawn(async move { relay.drain().await.unwrap() })
+    };
+    let (mut a, mut b) = (relay("a"), relay("b"));
+    let (first, other) = tokio::select! {
+        done = &mut a => (done.unwrap(), b),
+        done = &mut b => (done.unwrap(), a),
+    };
+    let now = chrono::Utc::now();
+    let counts = db
+        .outbox
+        .status_counts(
+            None,
+            now - chrono::TimeDelta::hours(1),
+            now + chrono::TimeDelta::hours(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        counts.succeeded,
+        (aggregates * each) as i64,
+        "the first relay to return left work behind: {counts:?} (it published {first:?})"
+    );
+    let other = other.await.unwrap();
+    assert_eq!(first.published + other.published, aggregates * each);
+    let (ids, _) = in_aggregate_order(&mut received);
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), distinct.len()),
+        (aggregates * each, aggregates * each),
+        "each event published once"
+    );
+    assert!(db.outbox.leases().await.unwrap().is_empty());
+}
+
 async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &TestDb<DB>) {
     let clock = ManualClock::starting_now();
     let outbox = event_sqlx::Outbox::new(
@@ -862,6 +910,15 @@ where
         .await
         .expect("the stuck relay claimed its batch and began to publish");
     assert!(outbox.lease_expired(10).await.unwrap().is_empty());
+    let leases = outbox.leases().await.unwrap();
+    assert_eq!(
+        leases
+            .iter()
+            .map(|l| (l.relay.as_str(), l.events))
+            .collect::<Vec<_>>(),
+        vec![("stuck", 5)]
+    );
+    assert!(leases[0].earliest_expiry > clock.now());
     clock.advance(Duration::from_secs(121));
     assert_eq!(outbox.lease_expired(10).await.unwrap().len(), 5);
 
@@ -999,6 +1056,7 @@ on_every_backend!(
     an_oversized_payload_is_rejected_and_nothing_is_written,
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
     drain_publishes_every_claimable_event_in_aggregate_order,
+    relays_draining_together_finish_only_when_nothing_is_left,
     failures_are_retried_on_schedule_then_stay_failed,
     exhausted_events_are_cancelled_only_when_asked_and_never_when_critical,
     a_blocked_aggregate_holds_back_only_itself,

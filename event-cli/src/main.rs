@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 a check found a problem, 2 bad input or a tool error.
 
+mod args;
 mod db;
 mod demo;
 mod ops;

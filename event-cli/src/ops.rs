@@ -50,14 +50,22 @@ pub(crate) struct RelayArgs {
     /// This relay's id, the `locked_by` of its leases. Unique per running relay.
     #[arg(long)]
     instance_id: Option<String>,
-    /// Events claimed per batch.
-    #[arg(long, default_value_t = 200)]
+    /// Events claimed per batch (1 to 5000).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5000))]
     batch_size: u32,
-    /// Lease length in seconds; keep it above the longest publish of a batch.
-    #[arg(long, default_value_t = 120)]
+    /// Lease length in seconds; keep it above the longest publish of two batches. A relay that
+    /// dies leaves its leases held this long.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=315_360_000))]
     lease_secs: u64,
+    /// After a lease expired (its relay died), how long the event waits before it is published
+    /// again: `60s`, `5m`, `0` for at once.
+    #[arg(long, default_value = "60s", value_parser = crate::args::duration)]
+    recovery_delay: Duration,
+    /// How often a running relay looks for expired leases.
+    #[arg(long, default_value = "30s", value_parser = crate::args::duration)]
+    recovery_interval: Duration,
     /// Publish at most this many events a second.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_rate: Option<u32>,
     /// Publish without per-aggregate ordering.
     #[arg(long)]
@@ -79,7 +87,8 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
         .unwrap_or_else(|| format!("eventctl-{}", std::process::id()));
     let mut config = RelayConfig::new(instance.clone())
         .batch_size(args.batch_size)
-        .lease(Duration::from_secs(args.lease_secs.max(1)));
+        .lease(Duration::from_secs(args.lease_secs.max(1)))
+        .lease_recovery(args.recovery_interval, args.recovery_delay);
     if let Some(rate) = args.max_rate {
         config = config.max_rate(rate);
     }
@@ -101,7 +110,13 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
         db::redact(&args.db.database_url)
     );
     let total = if args.until_idle {
-        relay.recover_expired_leases().await?;
+        let recovered = relay.recover_expired_leases().await?;
+        if recovered > 0 {
+            eprintln!(
+                "relay {instance}: recovered {recovered} events whose lease had expired; they are due again in {} (--recovery-delay)",
+                humantime::format_duration(args.recovery_delay)
+            );
+        }
         relay.drain().await?
     } else {
         relay.run(shutdown_signal()).await

@@ -13,7 +13,7 @@ use crate::clock::{self, Clock};
 use crate::config::outbox::OutboxConfig;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, Publisher};
-use crate::row::outbox::{FlushReport, NewOutboxRow, OutboxRecord, StatusCounts};
+use crate::row::outbox::{FlushReport, Lease, NewOutboxRow, OutboxRecord, StatusCounts};
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
 
@@ -291,6 +291,15 @@ impl<DB: Backend> Outbox<DB> {
             counts.add(status, count);
         }
         Ok(counts)
+    }
+
+    /// The events each relay holds under lease (in progress), with when the leases expire: a
+    /// relay whose leases are past expiry has died or stalled.
+    pub async fn leases(&self) -> Result<Vec<Lease>, Error> {
+        let mut conn = self.conn().await?;
+        sql::leases::<DB>(&mut conn, &self.config.table)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// Failed events of one topic, most recently updated first.

@@ -81,8 +81,14 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         self.deliver(batch).await
     }
 
-    /// Publishes batch after batch until no event is claimable (pending, or failed and due), and
-    /// returns what was done; failed events whose retry is not yet due are left for later.
+    /// Publishes batch after batch until no event is claimable by anyone, and returns what was
+    /// done; failed events whose retry is not yet due are left for later.
+    ///
+    /// While other relays hold live leases, it waits for them and claims again, since the
+    /// events that follow theirs in each aggregate become claimable once they are published: of
+    /// several relays draining one backlog, none returns while work it could share remains. A
+    /// relay that died holds its leases until they expire; `drain` waits that long, and leaves
+    /// the expired leases to [`Relay::recover_expired_leases`].
     ///
     /// On PostgreSQL and MySQL the next batch is claimed while the previous one is published and
     /// marked, on a second connection; on SQLite, which has one writer, batches run one after
@@ -91,26 +97,52 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     pub async fn drain(&self) -> Result<BatchReport, Error> {
         let mut total = BatchReport::default();
         let mut batch = self.claim().await?;
-        while !batch.is_empty() {
-            let (next, delivered) = self.deliver_and_claim(batch).await;
-            match (delivered, next) {
-                (Ok(report), Ok(next)) => {
-                    total += report;
-                    batch = next;
+        loop {
+            while !batch.is_empty() {
+                let (next, delivered) = self.deliver_and_claim(batch).await;
+                match (delivered, next) {
+                    (Ok(report), Ok(next)) => {
+                        total += report;
+                        batch = next;
+                    }
+                    (Err(e), Ok(next)) => {
+                        total += self.deliver(next).await.unwrap_or_default();
+                        return Err(e);
+                    }
+                    (_, Err(e)) => return Err(e),
                 }
-                (Err(e), Ok(next)) => {
-                    total += self.deliver(next).await.unwrap_or_default();
-                    return Err(e);
+                if batch.is_empty() && Self::overlaps() {
+                    // That claim ran while the last batch was in flight, so it could not yet
+                    // take the events that follow it in their aggregates.
+                    batch = self.claim().await?;
                 }
-                (_, Err(e)) => return Err(e),
             }
-            if batch.is_empty() && Self::overlaps() {
-                // That claim ran while the last batch was in flight, so it could not yet take
-                // the events that follow it in their aggregates.
-                batch = self.claim().await?;
+            // This relay's claim found nothing. Done, unless another relay holds leases (the
+            // events after theirs come free when they finish) or is claiming right now.
+            if !self.work_remains().await? {
+                return Ok(total);
             }
+            tokio::select! {
+                () = self.outbox.wakeup().notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            batch = self.claim().await?;
         }
-        Ok(total)
+    }
+
+    /// Whether an event is claimable now, by this relay or another, or another relay holds a
+    /// live lease.
+    async fn work_remains(&self) -> Result<bool, Error> {
+        let mut conn = self.outbox.conn().await?;
+        sql::work_remains::<DB>(
+            &mut conn,
+            &self.outbox.config().table,
+            self.outbox.now(),
+            self.config.ordered,
+            &self.config.instance_id,
+        )
+        .await
+        .map_err(|e| self.outbox.db_error(e))
     }
 
     /// Whether the next batch is claimed while the previous one is delivered: only where the

@@ -41,9 +41,11 @@ impl RelayConfig {
         }
     }
 
-    /// Events claimed per batch.
+    /// Events claimed per batch, from 1 to 5000 (a value outside is taken as the nearest):
+    /// the marks of a batch bind a few values per event, and 5000 keeps every statement under
+    /// SQLite's limit of bound values.
     pub fn batch_size(mut self, size: u32) -> Self {
-        self.batch_size = size.max(1);
+        self.batch_size = size.clamp(1, 5000);
         self
     }
 

@@ -130,6 +130,20 @@ pub(crate) struct NewOutboxRow {
     pub(crate) create_time: DateTime<Utc>,
 }
 
+/// The events one relay holds under lease (in progress, `locked_by` = the relay).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The relay's instance id.
+    pub relay: String,
+    /// Events it holds.
+    pub events: i64,
+    /// When its first lease expires.
+    pub earliest_expiry: DateTime<Utc>,
+    /// When its last lease expires.
+    pub latest_expiry: DateTime<Utc>,
+}
+
 /// Per-status row counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -70,6 +70,14 @@ impl Dialect {
         }
     }
 
+    /// `SELECT 1 ... WHERE `: a query of one row when its condition holds, of none otherwise.
+    pub(crate) fn select_one_where(self) -> &'static str {
+        match self {
+            Dialect::MySql => "SELECT 1 FROM DUAL WHERE ",
+            Dialect::Postgres | Dialect::Sqlite => "SELECT 1 WHERE ",
+        }
+    }
+
     /// The tail of an INSERT that leaves an existing row with the same `key` untouched.
     ///
     /// MySQL has no `ON CONFLICT`; there the duplicate "updates" `touch` to itself. sqlx connects

@@ -6,7 +6,7 @@ use sqlx::Pool;
 
 use super::dialect::{Backend, Columns, Dialect, Sql};
 use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
-use crate::row::outbox::{NewOutboxRow, OutboxRecord};
+use crate::row::outbox::{Lease, NewOutboxRow, OutboxRecord};
 use crate::status::EventStatus::{self, Failed, InProgress, Pending};
 use crate::table::TableName;
 
@@ -374,6 +374,48 @@ pub(crate) async fn aggregate_version<DB: Backend>(
     }
 }
 
+/// ` FROM ... WHERE ...`: the rows a claim at `now` may take.
+fn due_candidates<DB: Backend>(
+    q: &mut Sql<DB>,
+    table: &TableName,
+    now: DateTime<Utc>,
+    ordered: bool,
+) {
+    q.push(format!(" FROM {table} o WHERE {}", claimable()));
+    q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
+        .bind(now)
+        .push(")");
+    if ordered {
+        q.push(no_earlier_unpublished(table));
+    }
+}
+
+/// Whether a drain by `relay_id` must go on: a row is claimable at `now` (read without locks, so
+/// rows another relay is claiming in a transaction not yet committed count), or another relay
+/// holds a lease that has not expired (the rows after its own come free when it finishes).
+/// Both are read in one statement, so that no claim or mark of another relay can fall between
+/// the two.
+pub(crate) async fn work_remains<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    now: DateTime<Utc>,
+    ordered: bool,
+    relay_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let mut q = Sql::<DB>::new(DB::DIALECT.select_one_where());
+    q.push("EXISTS (SELECT 1");
+    due_candidates(&mut q, table, now, ordered);
+    q.push(format!(
+        ") OR EXISTS (SELECT 1 FROM {table} l WHERE l.publish_status = {IN_PROGRESS} \
+         AND l.deleted = 0 AND l.lock_until > "
+    ))
+    .bind(now)
+    .push(" AND l.locked_by <> ")
+    .bind(relay_id)
+    .push(")");
+    Ok(!q.fetch(conn).await?.is_empty())
+}
+
 /// Leases up to `claim.limit` due events to `claim.relay_id`, in one short transaction, and
 /// returns them by id.
 pub(crate) async fn claim<DB: Backend>(
@@ -381,17 +423,8 @@ pub(crate) async fn claim<DB: Backend>(
     table: &TableName,
     claim: &Claim<'_>,
 ) -> Result<Vec<OutboxRecord>, sqlx::Error> {
-    let ordering = if claim.ordered {
-        no_earlier_unpublished(table)
-    } else {
-        String::new()
-    };
     let candidates = |q: &mut Sql<DB>| {
-        q.push(format!(" FROM {table} o WHERE {}", claimable()));
-        q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
-            .bind(claim.now)
-            .push(")");
-        q.push(&ordering);
+        due_candidates(q, table, claim.now, claim.ordered);
         q.push(DB::DIALECT.claim_order());
         q.push(" LIMIT ").bind(claim.limit);
     };
@@ -718,4 +751,32 @@ pub(crate) async fn select<DB: Backend>(
         }
     }
     decode_all::<DB>(&q.fetch(conn).await?)
+}
+
+/// The leases held, per relay.
+pub(crate) async fn leases<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<Vec<Lease>, sqlx::Error> {
+    let q = Sql::<DB>::new(format!(
+        "SELECT COALESCE(locked_by, '') AS relay, COUNT(*) AS events, \
+         MIN(lock_until) AS earliest, MAX(lock_until) AS latest FROM {table} \
+         WHERE deleted = 0 AND publish_status = {IN_PROGRESS} \
+         GROUP BY COALESCE(locked_by, '') ORDER BY relay"
+    ));
+    let mut leases = Vec::new();
+    for row in q.fetch(conn).await? {
+        let c = Columns::<DB>(&row);
+        let (Some(earliest), Some(latest)) = (c.opt_time("earliest")?, c.opt_time("latest")?)
+        else {
+            continue;
+        };
+        leases.push(Lease {
+            relay: c.string("relay")?,
+            events: c.i64("events")?,
+            earliest_expiry: earliest,
+            latest_expiry: latest,
+        });
+    }
+    Ok(leases)
 }
