@@ -162,12 +162,15 @@ async fn rabbitmq_receives_persistent_messages_with_message_id_and_headers() {
         .await
         .unwrap();
     let outbox = outbox_with(&db, &exchange, 20).await;
-    let report = outbox
-        .relay(publisher, RelayConfig::new("amqp-relay"))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!((report.claimed, report.published), (20, 20));
+    // Two relays in one process share the publisher: one a clone, one behind an Arc.
+    let shared = std::sync::Arc::new(publisher.clone());
+    let (one, two) = (
+        outbox.relay(publisher, RelayConfig::new("amqp-relay-1").batch_size(10)),
+        outbox.relay(shared, RelayConfig::new("amqp-relay-2").batch_size(10)),
+    );
+    let (one, two) = tokio::join!(one.drain(), two.drain());
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_eq!(one.published + two.published, 20, "{one:?} {two:?}");
 
     let url2 = amqp_url();
     let reader = RabbitMqPublisher::connect(&url2).await.unwrap();

@@ -174,7 +174,9 @@ mod stale {
 
 mod replay {
     use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
-    use event_sqlx::{Consumer, FailureClass, HandlerError, Processed, QuarantineFilter};
+    use event_sqlx::{
+        Consumer, FailureClass, HandlerError, Processed, QuarantineFilter, QuarantineStatus,
+    };
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{NoteAdded, Order};
 
@@ -243,6 +245,29 @@ mod replay {
             .unwrap();
         assert_eq!(replayed, QUARANTINED - 1);
         assert!(consumer.quarantined(1000).await.unwrap().is_empty());
+        let replayed = consumer
+            .quarantine_entries(
+                QuarantineStatus::Replayed,
+                &QuarantineFilter::default(),
+                1000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(replayed.len(), QUARANTINED);
+        assert!(
+            replayed
+                .iter()
+                .all(|r| r.replayed() && r.replay_time.is_some())
+        );
+        let one = consumer
+            .quarantine_entries(
+                QuarantineStatus::Replayed,
+                &QuarantineFilter::default().event_id(last_id),
+                10,
+            )
+            .await
+            .unwrap();
+        assert_eq!(one.len(), 1);
         assert_eq!(
             applied.load(std::sync::atomic::Ordering::SeqCst),
             QUARANTINED

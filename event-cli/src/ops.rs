@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{TimeDelta, Utc};
 use clap::{Args, Subcommand};
-use event_sqlx::{Backend, JsonLinesPublisher, Outbox, OutboxRecord, RelayConfig};
+use event_sqlx::{Backend, JsonLinesPublisher, Lease, Outbox, OutboxRecord, RelayConfig};
 
 use crate::db::{self, Kind};
 use crate::{DbArgs, output};
@@ -160,8 +160,8 @@ pub(crate) enum OutboxCommand {
         /// Only this event type.
         #[arg(long)]
         event_type: Option<String>,
-        /// How far back, in hours.
-        #[arg(long, default_value_t = 24)]
+        /// How far back, in hours (1 to 87600, ten years).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=87_600))]
         hours: i64,
     },
     /// Pending events, oldest first.
@@ -186,7 +186,7 @@ pub(crate) enum OutboxCommand {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-    /// Events whose relay lease expired.
+    /// The leases each relay holds, and the events whose lease expired (their relay died).
     Stuck {
         #[command(flatten)]
         db: DbArgs,
@@ -281,12 +281,14 @@ async fn run_outbox<DB: Backend>(
                 .as_ref()
                 .map(|r| (Utc::now() - r.create_time).num_milliseconds() as f64 / 1000.0);
             let stuck = outbox.lease_expired(1000).await?.len();
+            let leases = outbox.leases().await?;
             if json {
                 output::json(&serde_json::json!({
                     "counts": counts,
                     "backlog": counts.pending + counts.failed + counts.in_progress,
                     "oldestPendingAgeSeconds": lag_seconds,
                     "expiredLeases": stuck,
+                    "leases": leases,
                 }))?;
             } else {
                 println!(
@@ -303,6 +305,7 @@ async fn run_outbox<DB: Backend>(
                     None => println!("no pending event"),
                 }
                 println!("expired leases: {stuck}");
+                print_leases(&leases);
             }
         }
         OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,
@@ -319,7 +322,15 @@ async fn run_outbox<DB: Backend>(
             print_records(&records, json)?;
         }
         OutboxCommand::Stuck { limit, .. } => {
-            print_records(&outbox.lease_expired(limit).await?, json)?
+            let leases = outbox.leases().await?;
+            let expired = outbox.lease_expired(limit).await?;
+            if json {
+                output::json(&serde_json::json!({ "leases": leases, "expired": expired }))?;
+            } else {
+                print_leases(&leases);
+                println!("events whose lease expired:");
+                print_records(&expired, false)?;
+            }
         }
         OutboxCommand::Aggregate {
             aggregate_type,
@@ -408,6 +419,37 @@ fn report_action(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The leases per relay, as a table: a relay whose leases are past expiry has died or stalled.
+fn print_leases(leases: &[Lease]) {
+    if leases.is_empty() {
+        println!("no relay holds a lease");
+        return;
+    }
+    let now = Utc::now();
+    let rows: Vec<Vec<String>> = leases
+        .iter()
+        .map(|l| {
+            vec![
+                l.relay.clone(),
+                l.events.to_string(),
+                output::time(Some(l.earliest_expiry)),
+                output::time(Some(l.latest_expiry)),
+                if l.latest_expiry <= now {
+                    "expired".to_owned()
+                } else if l.earliest_expiry <= now {
+                    "partly expired".to_owned()
+                } else {
+                    "live".to_owned()
+                },
+            ]
+        })
+        .collect();
+    output::table(
+        &["RELAY", "EVENTS", "FIRST_EXPIRY", "LAST_EXPIRY", "STATE"],
+        &rows,
+    );
 }
 
 fn print_records(records: &[OutboxRecord], json: bool) -> anyhow::Result<()> {

@@ -108,6 +108,20 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     assert!(counts.succeeded < EVENTS as i64);
     let by_victim = published_ids(&file);
 
+    // An operator sees which relay holds them.
+    let out = Command::new(env!("CARGO_BIN_EXE_eventctl"))
+        .args(["outbox", "stuck", "--database-url", &db.url, "--json"])
+        .output()
+        .expect("run eventctl outbox stuck");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stuck: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stuck["leases"][0]["relay"], "victim", "{stuck}");
+    assert_eq!(stuck["leases"][0]["events"], counts.in_progress, "{stuck}");
+
     // The leases expire (the rescuer's clock is past them); another relay recovers them and
     // publishes everything that is left.
     let later = ManualClock::new(chrono::Utc::now() + chrono::TimeDelta::seconds(3));

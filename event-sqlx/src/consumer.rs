@@ -305,6 +305,17 @@ impl<DB: Backend, R> Consumer<DB, R> {
         .await
     }
 
+    /// Entries of this consumer's quarantine in `status` (still quarantined, or replayed) that
+    /// `filter` selects, oldest first, at most `limit`.
+    pub async fn quarantine_entries(
+        &self,
+        status: QuarantineStatus,
+        filter: &QuarantineFilter<'_>,
+        limit: u32,
+    ) -> Result<Vec<QuarantineRecord>, Error> {
+        self.quarantine_page(status, filter, 0, limit).await
+    }
+
     /// Processes the oldest `limit` quarantined events again with `handler` (after a fix), and
     /// marks each one replayed once it is applied or found already applied. Idempotent: the inbox
     /// keeps a replayed event from having its effect twice. Returns how many were replayed.

@@ -125,6 +125,17 @@ pub trait Publisher: Send + Sync {
     ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send + 'a;
 }
 
+/// A shared publisher publishes as the publisher it points to: several relays in one process
+/// can share one behind an `Arc`.
+impl<P: Publisher + ?Sized> Publisher for Arc<P> {
+    fn publish<'a>(
+        &'a self,
+        messages: &'a [OutboxMessage],
+    ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send + 'a {
+        (**self).publish(messages)
+    }
+}
+
 /// Publishes into an in-process channel: for tests, and for consumers in the same process.
 #[derive(Debug, Clone)]
 pub struct ChannelPublisher {
@@ -152,9 +163,11 @@ impl Publisher for ChannelPublisher {
     }
 }
 
-/// Writes each envelope as one line of JSON to stdout or a file.
+/// Writes each envelope as one line of JSON to stdout or a file. Clones write to the same
+/// output, one batch at a time.
+#[derive(Clone)]
 pub struct JsonLinesPublisher {
-    out: Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
+    out: Arc<Mutex<Box<dyn AsyncWrite + Send + Unpin>>>,
 }
 
 impl std::fmt::Debug for JsonLinesPublisher {
@@ -182,7 +195,7 @@ impl JsonLinesPublisher {
     /// Writes to `out`.
     pub fn new(out: impl AsyncWrite + Send + Unpin + 'static) -> JsonLinesPublisher {
         JsonLinesPublisher {
-            out: Mutex::new(Box::new(out)),
+            out: Arc::new(Mutex::new(Box::new(out))),
         }
     }
 }

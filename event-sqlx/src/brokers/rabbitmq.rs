@@ -18,10 +18,13 @@ use crate::sql::dialect::Backend;
 ///
 /// Messages are published `mandatory`: one that no queue receives comes back, and counts as a
 /// failed publish (retried with backoff), never as delivered.
-#[derive(Debug)]
+///
+/// Clones share the connection and channel, so several relays in one process can publish
+/// through one publisher.
+#[derive(Debug, Clone)]
 pub struct RabbitMqPublisher {
     channel: Channel,
-    _connection: Connection,
+    connection: std::sync::Arc<Connection>,
     address: String,
 }
 
@@ -43,7 +46,7 @@ impl RabbitMqPublisher {
             .map_err(|e| fail("cannot turn on publisher confirms", e))?;
         Ok(RabbitMqPublisher {
             channel,
-            _connection: connection,
+            connection: std::sync::Arc::new(connection),
             address: address.to_owned(),
         })
     }
@@ -159,7 +162,7 @@ impl RabbitMqSubscription {
             Error::broker("RabbitMQ", &publisher.address, format!("{what} {queue}"), e)
         };
         let channel = publisher
-            ._connection
+            .connection
             .create_channel()
             .await
             .map_err(|e| fail("cannot open a channel for", e))?;
