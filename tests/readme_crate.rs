@@ -1,0 +1,130 @@
+//! The README works as a new crate: its dependency snippet and its whole-service example are
+//! written into a fresh crate outside the workspace (path dependencies on this repository), which
+//! is built and run against the local NATS server. Its output must show the three event types of
+//! each order, in order.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use event_tests::db::{nats_url, services_required};
+
+/// The fenced block of `language` in `text` whose body satisfies `pick`.
+fn block(text: &str, language: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
+    let mut rest = text;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let info_end = after.find('\n')?;
+        let info = &after[..info_end];
+        let body_and_rest = &after[info_end + 1..];
+        let end = body_and_rest.find("```")?;
+        let body = &body_and_rest[..end];
+        if info.split(',').next() == Some(language) && pick(body) {
+            return Some(body.to_owned());
+        }
+        rest = &body_and_rest[end + 3..];
+    }
+    None
+}
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_owned()
+}
+
+/// Deletes the example's stream, so that each run starts from an empty one.
+async fn delete_stream(url: &str) -> bool {
+    let Ok(client) = async_nats::connect(url).await else {
+        return false;
+    };
+    let js = async_nats::jetstream::new(client);
+    let _ = js.delete_stream("ORDERS").await;
+    true
+}
+
+#[test]
+fn the_readme_service_builds_and_runs_as_a_new_crate() {
+    let url = nats_url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    if !runtime.block_on(delete_stream(&url)) {
+        assert!(
+            !services_required(),
+            "NATS at {url} is unreachable; EVENT_TEST_REQUIRE_SERVICES=1 makes this a failure"
+        );
+        eprintln!("skipping: NATS at {url} is unreachable");
+        return;
+    }
+    let repo = repository();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let dependencies = block(&readme, "toml", |b| b.contains("event-core = { path"))
+        .expect("the README's dependency snippet");
+    let main = block(&readme, "rust", |b| b.starts_with("// src/main.rs"))
+        .expect("the README's whole-service example");
+
+    let dir = std::env::temp_dir().join(format!("readme-shop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let dependencies = dependencies.replace(
+        "path/to/event-toolkit",
+        repo.to_str().expect("a UTF-8 path"),
+    );
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"readme-shop\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n\
+             # Not a member of any workspace around it.\n[workspace]\n\n{dependencies}"
+        ),
+    )
+    .unwrap();
+    // The versions this repository was tested with; cargo drops what the crate does not use.
+    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    std::fs::write(
+        dir.join("src/main.rs"),
+        main.replace("nats://127.0.0.1:4222", &url),
+    )
+    .unwrap();
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args(["run", "--quiet"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", repo.join("target/readme-crate"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the README's service failed:\n{stdout}\n{stderr}"
+    );
+    println!("{stdout}");
+
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"relayed 6 events"), "{stdout}");
+    for order in ["o-1", "o-2"] {
+        let seen: Vec<String> = lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("{order} #")))
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                format!("{order} #1 ORDER_PLACED"),
+                format!("{order} #2 ORDER_PAID"),
+                format!("{order} #3 ORDER_SHIPPED"),
+            ],
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("ORDER_PAID    correlation Some(\"o-1\")"),
+        "{stdout}"
+    );
+    assert_eq!(lines.last(), Some(&"applied 6, duplicates 0"), "{stdout}");
+
+    runtime.block_on(delete_stream(&url));
+    let _ = std::fs::remove_dir_all(&dir);
+}
