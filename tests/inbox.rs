@@ -297,3 +297,91 @@ mod replay {
 
     on_every_backend!(postgres, mysql, sqlite);
 }
+
+mod router {
+    use std::sync::Mutex;
+
+    use event_core::{Aggregate, EventContext, UnitOfWork};
+    use event_sqlx::{Consumer, Delivered, Processed, UnknownEvents};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced};
+
+    /// One consumer, three event types, on every backend: each body goes to the handler of its
+    /// type with its envelope; a type without a handler follows the policy.
+    async fn each_type_reaches_its_handler<DB: Orders>(db: &TestDb<DB>) {
+        let mut order = Order::place("o-r", 700).unwrap();
+        order.pay(700).unwrap();
+        order
+            .record(NoteAdded {
+                text: "fragile".into(),
+            })
+            .unwrap();
+        let mut uow = UnitOfWork::new(EventContext::new("order-service").tenant_id("acme"));
+        uow.collect(&mut order).unwrap();
+        let bodies: Vec<Vec<u8>> = uow
+            .commit()
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap())
+            .collect();
+
+        let seen = Mutex::new(Vec::new());
+        let note = |what: String| seen.lock().unwrap().push(what);
+        let consumer = Consumer::new(db.pool().clone(), "order-view", "1.0.0")
+            .on(
+                async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
+                    note(format!(
+                        "{} placed {}",
+                        e.envelope.aggregate_sequence, e.amount_minor
+                    ));
+                    Ok(())
+                },
+            )
+            .on(async |_tx: &mut DB::Connection, e: Delivered<OrderPaid>| {
+                let tenant = e.context("view").headers().tenant_id.clone();
+                note(format!(
+                    "{} paid for {tenant:?}",
+                    e.envelope.aggregate_sequence
+                ));
+                Ok(())
+            });
+        let outcomes = [
+            consumer.receive(&bodies[0], None).await.unwrap(),
+            consumer.receive(&bodies[1], None).await.unwrap(),
+            consumer.receive(&bodies[2], None).await.unwrap(),
+        ];
+        assert_eq!(
+            outcomes,
+            [Processed::Applied, Processed::Applied, Processed::Ignored]
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["1 placed 700", "2 paid for Some(\"acme\")"]
+        );
+        assert_eq!(
+            consumer.receive(&bodies[1], None).await.unwrap(),
+            Processed::Duplicate
+        );
+
+        let strict = Consumer::new(db.pool().clone(), "strict-view", "1.0.0")
+            .unknown_events(UnknownEvents::Quarantine)
+            .on(async |_tx: &mut DB::Connection, _e: Delivered<OrderPlaced>| Ok(()));
+        assert!(matches!(
+            strict.receive(&bodies[2], None).await.unwrap(),
+            Processed::Quarantined(reason) if reason.contains("no handler for event type NOTE_ADDED")
+        ));
+    }
+
+    macro_rules! on_every_backend {
+        ($($backend:ident),*) => {$(
+            #[tokio::test]
+            async fn $backend() {
+                if let Some(db) = TestDb::$backend().await {
+                    each_type_reaches_its_handler(&db).await;
+                    db.cleanup().await;
+                }
+            }
+        )*};
+    }
+
+    on_every_backend!(postgres, mysql, sqlite);
+}
