@@ -1241,6 +1241,133 @@ async fn postgres_relay_runs_a_mark_again_after_a_deadlock() {
     db.cleanup().await;
 }
 
+/// The relay's connection is killed while it marks a published batch: the mark runs again on a
+/// fresh connection as soon as the database answers, so every event is published once and no
+/// aggregate waits for a lease to expire. `kill` names how the database ends the session
+/// (`pg_terminate_backend`, `KILL`); `waiting_mark` finds the session of the blocked mark.
+async fn a_killed_connection_during_the_mark_is_ridden_out<DB: Orders>(
+    db: &TestDb<DB>,
+    lock_row: &'static str,
+    waiting_mark: &'static str,
+    kill: &'static str,
+) where
+    event_sqlx::Relay<DB, Gate>: Send + Sync + 'static,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    const EVENTS: usize = 20;
+    for i in 0..EVENTS {
+        place(db, &format!("o-k{i:02}"), false).await;
+    }
+    let (inner, mut received) = ChannelPublisher::channel(EVENTS * 2);
+    let (reached, reached_rx) = tokio::sync::oneshot::channel();
+    let (go, go_rx) = tokio::sync::oneshot::channel();
+    let gate = Gate {
+        inner,
+        reached: tokio::sync::Mutex::new(Some(reached)),
+        go: tokio::sync::Mutex::new(Some(go_rx)),
+    };
+    let relay = db.outbox.relay(gate, RelayConfig::new("marker"));
+    let running = tokio::spawn(async move { relay.run_once().await });
+    reached_rx.await.unwrap();
+
+    // Claimed and being published: another session locks one of the rows, so the mark waits.
+    let mut blocker = db.pool().begin().await.unwrap();
+    sqlx::query(lock_row)
+        .bind("ORDER_PLACED:ORDER:o-k07:1")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    go.send(()).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let session = loop {
+        let found: Option<i64> = sqlx::query_scalar(waiting_mark)
+            .fetch_optional(db.pool())
+            .await
+            .unwrap();
+        if let Some(session) = found {
+            break session;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the mark never waited"
+        );
+        // Polling the other session, with the deadline above.
+        tokio::task::yield_now().await;
+    };
+    // The database ends the relay's session mid-mark; then the lock goes away.
+    // The session id is a number the database gave: nothing from outside reaches the SQL.
+    sqlx::query(sqlx::AssertSqlSafe(
+        kill.replace("{session}", &session.to_string()),
+    ))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    blocker.rollback().await.unwrap();
+
+    let report = running
+        .await
+        .unwrap()
+        .expect("the mark rides out the lost connection");
+    assert_eq!(
+        (report.claimed, report.published, report.lease_lost),
+        (EVENTS, EVENTS, 0),
+        "{report:?}"
+    );
+    let mut seen = HashSet::new();
+    while let Ok(message) = received.try_recv() {
+        assert!(
+            seen.insert(message.envelope.event_id.to_string()),
+            "published twice: {}",
+            message.envelope.event_id
+        );
+    }
+    assert_eq!(seen.len(), EVENTS);
+    assert!(
+        db.outbox.leases().await.unwrap().is_empty(),
+        "nothing left leased"
+    );
+    assert!(db.outbox.pending(10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_relay_rides_out_a_killed_connection_while_marking() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    a_killed_connection_during_the_mark_is_ridden_out(
+        &db,
+        "UPDATE biz_outbox_event SET remark = 'blocker' WHERE event_no = $1",
+        "SELECT pid::int8 FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' \
+         AND query LIKE 'UPDATE biz_outbox_event SET publish_status = 2%' LIMIT 1",
+        "SELECT pg_terminate_backend({session})",
+    )
+    .await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_relay_rides_out_a_killed_connection_while_marking() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    a_killed_connection_during_the_mark_is_ridden_out(
+        &db,
+        "UPDATE biz_outbox_event SET remark = 'blocker' WHERE event_no = ?",
+        "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
+         AND ID <> CONNECTION_ID() \
+         AND INFO LIKE 'UPDATE biz_outbox_event SET publish_status = 2%' LIMIT 1",
+        "KILL CONNECTION {session}",
+    )
+    .await;
+    db.cleanup().await;
+}
+
 /// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
 /// writes.
 #[tokio::test]

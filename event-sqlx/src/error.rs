@@ -139,6 +139,17 @@ impl Error {
         }
     }
 
+    /// Whether trying again later may succeed: the database connection dropped or timed out, the
+    /// server ended the session or rolled the statement back (a deadlock victim), or a broker was
+    /// unreachable. Bad input, a missing table and a refused statement are not transient.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Database { source, .. } => connection_lost(source) || rolled_back(source),
+            Error::Broker { .. } => true,
+            _ => false,
+        }
+    }
+
     /// The consumer `consumer` stops for `reason`, caused by `source`.
     pub(crate) fn stopped(
         consumer: &str,
@@ -185,6 +196,33 @@ impl From<sqlx::Error> for HandlerError {
     fn from(error: sqlx::Error) -> Self {
         HandlerError::Transient(error.to_string())
     }
+}
+
+/// Whether `error` says the connection or the server failed, not the statement: the socket broke
+/// or timed out, the pool found no connection in time, or the server ended the session (SQLSTATE
+/// class 08; PostgreSQL 57P01..57P03: an administrator's `pg_terminate_backend`, a crash or a
+/// restart; MySQL 70100: `KILL`). The statement may run again on a fresh connection.
+pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "70100")
+        }),
+        _ => false,
+    }
+}
+
+/// Whether the database rolled the statement or transaction back as a deadlock victim or for a
+/// serialization failure (SQLSTATE 40001 or 40P01): it left no trace, so running it again is
+/// safe.
+pub(crate) fn rolled_back(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "40001" || code == "40P01")
 }
 
 /// Shows an error and each of its sources once, `: `-separated: what logs print.

@@ -13,7 +13,7 @@ use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Claim, Failure};
-use crate::sql::retry_rolled_back;
+use crate::sql::{retry_rolled_back, retry_transient};
 
 /// What one batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -243,16 +243,25 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
         let relay_id = self.config.instance_id.as_str();
         let pool = self.outbox.pool();
-        let marked = retry_rolled_back(|| async {
-            let mut conn = pool.acquire().await?;
-            sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished).await
-        })
+        // The batch is published: its marks are tried again on fresh connections while the
+        // lease holds, so that a dropped connection does not send it all a second time.
+        let deadline = self.lease_deadline(&records);
+        let marked = retry_transient(
+            || async {
+                let mut conn = pool.acquire().await?;
+                sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished).await
+            },
+            deadline,
+        )
         .await
         .map_err(|e| self.outbox.db_error(e))?;
-        retry_rolled_back(|| async {
-            let mut conn = pool.acquire().await?;
-            sql::mark_failed::<DB>(&mut conn, table, relay_id, &failures, finished).await
-        })
+        retry_transient(
+            || async {
+                let mut conn = pool.acquire().await?;
+                sql::mark_failed::<DB>(&mut conn, table, relay_id, &failures, finished).await
+            },
+            deadline,
+        )
         .await
         .map_err(|e| self.outbox.db_error(e))?;
         if !exhausted.is_empty() {
@@ -282,6 +291,14 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             );
         }
         Ok(report)
+    }
+
+    /// When the earliest lease of `records` expires, on the runtime's clock.
+    fn lease_deadline(&self, records: &[OutboxRecord]) -> Option<Instant> {
+        let now = self.outbox.now();
+        let earliest = records.iter().filter_map(|r| r.lock_until).min()?;
+        let left = (earliest - now).to_std().unwrap_or(Duration::ZERO);
+        Some(Instant::now() + left)
     }
 
     /// Moves events whose lease expired (their relay died) back to failed, due after the

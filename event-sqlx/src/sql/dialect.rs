@@ -197,16 +197,6 @@ impl Dialect {
             _ => None,
         }
     }
-
-    /// Whether the database rolled the statement or transaction back as a deadlock victim or
-    /// for a serialization failure (SQLSTATE 40001 or 40P01): it left no trace, so running it
-    /// again is safe.
-    pub(crate) fn rolled_back(error: &sqlx::Error) -> bool {
-        error
-            .as_database_error()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code == "40001" || code == "40P01")
-    }
 }
 
 /// How an upsert updates a column of the row that was already there.

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use crate::table::TableName;
 use dialect::{Backend, Columns, Sql};
 
+use crate::error::{connection_lost, rolled_back};
 use crate::status::EventStatus;
 
 pub(crate) const PENDING: i16 = EventStatus::Pending.code();
@@ -35,18 +36,47 @@ pub(crate) fn codes(statuses: &[EventStatus]) -> String {
 /// for a serialization failure: the statement or transaction left no trace, so running it again
 /// is safe. InnoDB picks such victims among relays whose claims and marks lock neighbouring index
 /// entries.
-pub(crate) async fn retry_rolled_back<T, F, Fut>(mut op: F) -> Result<T, sqlx::Error>
+pub(crate) async fn retry_rolled_back<T, F, Fut>(op: F) -> Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,
 {
-    let mut attempt: u64 = 0;
+    retry_transient(op, None).await
+}
+
+/// Runs `op` again when it failed in a way that left no trace: rolled back as a deadlock victim
+/// or for a serialization failure (up to three times), or, until `deadline`, because the
+/// connection dropped, was reset, timed out or was ended by the server (each try acquires a
+/// fresh connection; backoff from 50 ms to 2 s). Each `op` must be one statement or one
+/// transaction, so that a failed try changed nothing.
+pub(crate) async fn retry_transient<T, F, Fut>(
+    mut op: F,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let (mut victims, mut lost) = (0_u64, 0_u32);
     loop {
         match op().await {
-            Err(e) if attempt < 3 && dialect::Dialect::rolled_back(&e) => {
-                attempt += 1;
-                tracing::debug!(error = %e, attempt, "rolled back by the database; running it again");
-                tokio::time::sleep(std::time::Duration::from_millis(5 * attempt)).await;
+            Err(e) if victims < 3 && rolled_back(&e) => {
+                victims += 1;
+                tracing::debug!(error = %e, attempt = victims, "rolled back by the database; running it again");
+                tokio::time::sleep(std::time::Duration::from_millis(5 * victims)).await;
+            }
+            Err(e)
+                if connection_lost(&e)
+                    && deadline.is_some_and(|d| tokio::time::Instant::now() < d) =>
+            {
+                lost += 1;
+                let pause = std::time::Duration::from_millis(50 << lost.min(5)).min(
+                    deadline.map_or(std::time::Duration::ZERO, |d| {
+                        d.saturating_duration_since(tokio::time::Instant::now())
+                    }),
+                );
+                tracing::warn!(error = %e, attempt = lost, "lost the database connection; trying again on a fresh one");
+                tokio::time::sleep(pause).await;
             }
             result => return result,
         }
