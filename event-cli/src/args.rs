@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// The longest duration an option takes: ten years.
-const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+const MAX_DURATION: Duration = Duration::from_secs(3653 * 24 * 60 * 60);
 
 /// A duration: `90s`, `5m`, `2h 30m`, `500ms` (humantime's format), or a bare number of seconds.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {

@@ -1,8 +1,12 @@
 //! Opening the database named by a URL, whatever its backend.
 
-use anyhow::{Context, bail};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
 use event_sqlx::{Backend, Outbox, OutboxConfig};
 use sqlx::pool::PoolOptions;
+
+use crate::DbArgs;
 
 /// Which backend a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +43,14 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-pub(crate) async fn open<DB: Backend>(url: &str) -> anyhow::Result<Outbox<DB>> {
+/// Opens the outbox at `args.database_url`, with the connect and statement timeouts of `args`:
+/// a server that accepts the connection and never answers gives an error within the connect
+/// timeout, not a hang.
+pub(crate) async fn open<DB: Backend>(args: &DbArgs) -> anyhow::Result<Outbox<DB>>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let url = args.database_url.as_str();
     let url = if url.starts_with("sqlite://") && !url.contains("mode=") {
         // An operator pointing at a file that does not exist almost certainly mistyped it.
         let path = url.trim_start_matches("sqlite://");
@@ -52,17 +63,54 @@ pub(crate) async fn open<DB: Backend>(url: &str) -> anyhow::Result<Outbox<DB>> {
     } else {
         url.to_owned()
     };
+    let timeout = args.connect_timeout.max(Duration::from_millis(1));
+    let timed_out = || {
+        anyhow!(
+            "cannot connect to {}: no answer within {} (--connect-timeout); is it the database's address, and is the database up?",
+            redact(&url),
+            humantime::format_duration(timeout)
+        )
+    };
     // One direct connection first: its error says why (refused, auth, unknown database), where
     // the pool would only report a timeout.
-    let probe = <DB::Connection as sqlx::Connection>::connect(&url)
+    let probe = tokio::time::timeout(timeout, <DB::Connection as sqlx::Connection>::connect(&url))
         .await
+        .map_err(|_| timed_out())?
         .with_context(|| format!("cannot connect to {}", redact(&url)))?;
     let _ = sqlx::Connection::close(probe).await;
+    let setup = statement_timeout(kind(&url)?, args.statement_timeout);
     let pool = PoolOptions::<DB>::new()
         .max_connections(4)
-        .acquire_timeout(std::time::Duration::from_secs(10))
-        .connect(&url)
+        .acquire_timeout(timeout)
+        .after_connect(move |conn, _meta| {
+            let setup = setup.clone();
+            Box::pin(async move {
+                for statement in setup {
+                    // MySQL 8 and MariaDB name the setting differently: the other one fails.
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                        .execute(&mut *conn)
+                        .await;
+                }
+                Ok(())
+            })
+        })
+        .connect(&url);
+    let pool = tokio::time::timeout(timeout, pool)
         .await
+        .map_err(|_| timed_out())?
         .with_context(|| format!("cannot connect to {}", redact(&url)))?;
     Ok(Outbox::new(pool, OutboxConfig::new()))
+}
+
+/// The statements that set a session's statement timeout, by backend.
+fn statement_timeout(kind: Kind, timeout: Duration) -> Vec<String> {
+    let millis = timeout.as_millis();
+    match kind {
+        Kind::Postgres => vec![format!("SET statement_timeout = {millis}")],
+        Kind::MySql => vec![
+            format!("SET SESSION max_statement_time = {}", timeout.as_secs_f64()),
+            format!("SET SESSION max_execution_time = {millis}"),
+        ],
+        Kind::Sqlite => Vec::new(),
+    }
 }

@@ -16,8 +16,8 @@ pub(crate) struct DemoArgs {
     /// The SQLite file to (re)create.
     #[arg(long, default_value = "eventctl-demo.db")]
     db: PathBuf,
-    /// How many orders to place and pay.
-    #[arg(long, default_value_t = 3)]
+    /// How many orders to place and pay (1 to 1000).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     orders: u32,
 }
 

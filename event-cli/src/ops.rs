@@ -13,18 +13,18 @@ use crate::{DbArgs, output};
 
 /// Runs `$body` with `$outbox` bound to the outbox of the URL's backend.
 macro_rules! with_outbox {
-    ($url:expr, |$outbox:ident| $body:expr) => {
-        match db::kind($url)? {
+    ($db:expr, |$outbox:ident| $body:expr) => {
+        match db::kind(&$db.database_url)? {
             Kind::Postgres => {
-                let $outbox = db::open::<sqlx::Postgres>($url).await?;
+                let $outbox = db::open::<sqlx::Postgres>($db).await?;
                 $body
             }
             Kind::MySql => {
-                let $outbox = db::open::<sqlx::MySql>($url).await?;
+                let $outbox = db::open::<sqlx::MySql>($db).await?;
                 $body
             }
             Kind::Sqlite => {
-                let $outbox = db::open::<sqlx::Sqlite>($url).await?;
+                let $outbox = db::open::<sqlx::Sqlite>($db).await?;
                 $body
             }
         }
@@ -32,7 +32,7 @@ macro_rules! with_outbox {
 }
 
 pub(crate) async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
-    with_outbox!(&db.database_url, |outbox| {
+    with_outbox!(db, |outbox| {
         outbox.migrate().await?;
     });
     println!("event tables are up to date");
@@ -70,14 +70,19 @@ pub(crate) struct RelayArgs {
     /// Publish without per-aggregate ordering.
     #[arg(long)]
     unordered: bool,
-    /// Stop once nothing is left to claim, instead of waiting for more.
+    /// Stop once nothing is left to claim, instead of waiting for more. Exits 1, with the
+    /// count, if events this relay claimed are still in progress when it stops.
     #[arg(long)]
     until_idle: bool,
+    /// With --until-idle: how long to keep trying through a database that drops connections
+    /// or stops answering, before giving up with exit 2.
+    #[arg(long, default_value = "2m", value_parser = crate::args::duration)]
+    max_wait: Duration,
 }
 
 pub(crate) async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
-    let url = args.db.database_url.clone();
-    with_outbox!(&url, |outbox| run_relay(outbox, &args).await)
+    let db = args.db.clone();
+    with_outbox!(&db, |outbox| run_relay(outbox, &args).await)
 }
 
 async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow::Result<ExitCode> {
@@ -117,7 +122,7 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
                 humantime::format_duration(args.recovery_delay)
             );
         }
-        relay.drain().await?
+        drain_through_outages(&relay, &instance, args.max_wait).await?
     } else {
         relay.run(shutdown_signal()).await
     };
@@ -125,7 +130,47 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
         "relay {instance}: stopped; {} claimed, {} published, {} failed",
         total.claimed, total.published, total.failed
     );
+    let held: i64 = outbox
+        .leases()
+        .await?
+        .iter()
+        .filter(|lease| lease.relay == instance)
+        .map(|lease| lease.events)
+        .sum();
+    if held > 0 {
+        eprintln!(
+            "relay {instance}: {held} events it claimed are still in progress; their lease expires and another relay publishes them (eventctl outbox stuck shows them)"
+        );
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Drains, going on through errors that may pass (a dropped connection, a database restarting)
+/// for up to `max_wait` in all.
+async fn drain_through_outages<DB: Backend, P: event_sqlx::Publisher>(
+    relay: &event_sqlx::Relay<DB, P>,
+    instance: &str,
+    max_wait: Duration,
+) -> anyhow::Result<event_sqlx::BatchReport> {
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match relay.drain().await {
+            Ok(report) => return Ok(report),
+            Err(e) if e.is_transient() && tokio::time::Instant::now() + pause < deadline => {
+                let e = anyhow::Error::new(e);
+                eprintln!(
+                    "relay {instance}: {e:#}; trying again in {} (--max-wait {})",
+                    humantime::format_duration(pause),
+                    humantime::format_duration(max_wait)
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -258,8 +303,8 @@ impl OutboxCommand {
 }
 
 pub(crate) async fn outbox(command: OutboxCommand) -> anyhow::Result<ExitCode> {
-    let url = command.db().database_url.clone();
-    with_outbox!(&url, |outbox| run_outbox(&outbox, command).await)
+    let db = command.db().clone();
+    with_outbox!(&db, |outbox| run_outbox(&outbox, command).await)
 }
 
 async fn run_outbox<DB: Backend>(

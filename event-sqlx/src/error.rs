@@ -69,6 +69,17 @@ pub enum Error {
         /// How many events were new.
         new: usize,
     },
+    /// The table does not exist: the migrations have not run on this database.
+    #[error(
+        "table {table} does not exist: create the event tables first (Outbox::migrate, or `eventctl migrate --database-url ...`)"
+    )]
+    MissingTable {
+        /// The table.
+        table: String,
+        /// What sqlx reported.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The database is unreachable or refused the statement.
     #[error("database error on {table}")]
     Database {
@@ -117,10 +128,11 @@ pub enum Error {
 impl Error {
     /// A database error on `table`.
     pub(crate) fn database(table: impl std::fmt::Display, source: sqlx::Error) -> Error {
-        Error::Database {
-            table: table.to_string(),
-            source,
+        let table = table.to_string();
+        if missing_table(&source) {
+            return Error::MissingTable { table, source };
         }
+        Error::Database { table, source }
     }
 
     /// A broker error.
@@ -213,6 +225,16 @@ pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
         }),
         _ => false,
     }
+}
+
+/// Whether `error` says a table does not exist: PostgreSQL 42P01, MySQL 42S02, SQLite's
+/// `no such table`.
+fn missing_table(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|db| {
+        db.code()
+            .is_some_and(|code| code == "42P01" || code == "42S02")
+            || db.message().starts_with("no such table")
+    })
 }
 
 /// Whether the database rolled the statement or transaction back as a deadlock victim or for a
