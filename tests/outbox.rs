@@ -1368,6 +1368,39 @@ async fn mysql_relay_rides_out_a_killed_connection_while_marking() {
     db.cleanup().await;
 }
 
+/// A relay takes the statistics of an outbox table that never had any (just filled, before
+/// autovacuum): without them PostgreSQL may plan the claim through every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let analyzed = async || -> bool {
+        sqlx::query_scalar(
+            "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables \
+             WHERE relname = 'biz_outbox_event'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    assert!(analyzed().await, "migrate takes them");
+    sqlx::query("SELECT pg_stat_reset_single_table_counters('biz_outbox_event'::regclass)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    assert!(!analyzed().await);
+    place(&db, "o-s", false).await;
+    let (publisher, _received) = ChannelPublisher::channel(8);
+    db.outbox
+        .relay(publisher, RelayConfig::new("r"))
+        .drain()
+        .await
+        .unwrap();
+    assert!(analyzed().await, "the relay took them on start");
+    db.cleanup().await;
+}
+
 /// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
 /// writes.
 #[tokio::test]

@@ -91,8 +91,44 @@ impl<DB: Backend> Outbox<DB> {
     /// so they live beside the application's own sqlx migrations. On SQLite it also switches the
     /// database file to WAL journaling (a setting kept in the file), so that relays read while
     /// the service writes.
+    ///
+    /// It also takes the planner's statistics of the outbox table (PostgreSQL, MySQL), so that
+    /// the relay's claim uses its index even on a table just filled.
     pub async fn migrate(&self) -> Result<(), Error> {
-        DB::migrate(&self.pool).await.map_err(Error::Migrate)
+        DB::migrate(&self.pool).await.map_err(Error::Migrate)?;
+        self.analyze().await
+    }
+
+    /// Takes the planner's statistics of the outbox table (`ANALYZE`; nothing on SQLite, whose
+    /// claim does not depend on them). Run it after loading or archiving many rows; relays run it
+    /// on start when the table never had statistics.
+    pub async fn analyze(&self) -> Result<(), Error> {
+        let mut conn = self.conn().await?;
+        sql::analyze::<DB>(&mut conn, &self.config.table)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
+    /// Takes statistics when the table never had any (a table just filled, before the server's
+    /// own background analysis): a cheap catalog query otherwise.
+    pub(crate) async fn ensure_statistics(&self) {
+        let result = async {
+            let mut conn = self.conn().await?;
+            if sql::never_analyzed::<DB>(&mut conn, &self.config.table)
+                .await
+                .map_err(|e| self.db_error(e))?
+            {
+                tracing::info!(table = %self.config.table, "the outbox table has no statistics yet; taking them");
+                sql::analyze::<DB>(&mut conn, &self.config.table)
+                    .await
+                    .map_err(|e| self.db_error(e))?;
+            }
+            Ok::<(), Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %crate::error::Chain(&e), "could not check the outbox table's statistics; claims may be slow on a table just filled");
+        }
     }
 
     /// Writes `envelopes` to the outbox on `conn`, normally the business transaction, with one

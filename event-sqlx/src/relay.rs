@@ -95,6 +95,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// another. On an error, a batch already claimed is still delivered before the error is
     /// returned, so no lease is left held.
     pub async fn drain(&self) -> Result<BatchReport, Error> {
+        self.outbox.ensure_statistics().await;
         let mut total = BatchReport::default();
         let mut batch = self.claim().await?;
         loop {
@@ -328,6 +329,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// the poll interval; the relay does not stop for them. On shutdown the batches in flight are
     /// finished, so no lease is left held.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> BatchReport {
+        self.outbox.ensure_statistics().await;
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
         let mut batch = Vec::new();

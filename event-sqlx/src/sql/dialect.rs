@@ -135,6 +135,30 @@ impl Dialect {
         }
     }
 
+    /// The statement that refreshes the planner's statistics of `table`, where the claim's plan
+    /// depends on them: PostgreSQL picks the claim's partial index only when it knows how few
+    /// rows are claimable, MySQL its status index. SQLite's claim is written in index order and
+    /// needs none.
+    pub(crate) fn analyze(self, table: &str) -> Option<String> {
+        match self {
+            Dialect::Postgres => Some(format!("ANALYZE {table}")),
+            Dialect::MySql => Some(format!("ANALYZE TABLE {table}")),
+            Dialect::Sqlite => None,
+        }
+    }
+
+    /// A query of one row when `table` has never had its statistics taken, by hand or by the
+    /// server's own background work (PostgreSQL's autovacuum), binding the table's name. Other
+    /// databases keep statistics as rows change, or need none.
+    pub(crate) fn never_analyzed(self) -> Option<&'static str> {
+        match self {
+            Dialect::Postgres => {
+                Some("SELECT 1 FROM pg_stat_user_tables WHERE relid = to_regclass(")
+            }
+            Dialect::MySql | Dialect::Sqlite => None,
+        }
+    }
+
     /// A statement run once on a database before its migrations: SQLite switches the file to
     /// WAL, so that relays read while the service writes and a commit appends to one log
     /// instead of rewriting a rollback journal. The setting stays with the file.

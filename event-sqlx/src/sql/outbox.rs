@@ -780,3 +780,28 @@ pub(crate) async fn leases<DB: Backend>(
     }
     Ok(leases)
 }
+
+/// Refreshes the planner's statistics of `table` (see [`Dialect::analyze`]).
+pub(crate) async fn analyze<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<(), sqlx::Error> {
+    if let Some(statement) = DB::DIALECT.analyze(table.as_str()) {
+        Sql::<DB>::new(statement).fetch(conn).await?;
+    }
+    Ok(())
+}
+
+/// Whether `table` has never had statistics taken (see [`Dialect::never_analyzed`]).
+pub(crate) async fn never_analyzed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<bool, sqlx::Error> {
+    let Some(query) = DB::DIALECT.never_analyzed() else {
+        return Ok(false);
+    };
+    let mut q = Sql::<DB>::new(query);
+    q.bind(table.as_str())
+        .push(") AND last_analyze IS NULL AND last_autoanalyze IS NULL");
+    Ok(!q.fetch(conn).await?.is_empty())
+}
