@@ -91,7 +91,25 @@ pub(crate) struct Comparer<'g> {
     writers_closed: bool,
     memo: HashMap<(bool, NodeId, NodeId), Vec<Change>>,
     in_progress: HashSet<(bool, NodeId, NodeId)>,
+    /// Units of work done: one per pair of nodes compared, one per enum value or subschema
+    /// looked at. Bounded by [`WORK_LIMIT`].
+    work: u64,
+    limit: u64,
 }
+
+/// The most work one comparison may do before it gives up with [`SchemaError::TooComplex`]:
+/// far above any real schema (an event's schema takes a few hundred; the 25-level shared
+/// definition test under two hundred), far below what takes a CI runner down (a million units
+/// are a few seconds and a few hundred MB at most).
+///
+/// [`SchemaError::TooComplex`]: super::SchemaError::TooComplex
+pub(crate) const WORK_LIMIT: u64 = 1_000_000;
+
+/// A shared definition reached again contributes at most this many of its changes at the new
+/// place (its breaking ones first): every change is reported where the definition was first
+/// met, and a sample elsewhere, so that a definition reached by exponentially many paths costs
+/// as much as one reached once.
+const SAMPLE: usize = 8;
 
 impl<'g> Comparer<'g> {
     pub(crate) fn new(old: &'g Graph, new: &'g Graph, profile: super::Profile) -> Comparer<'g> {
@@ -102,14 +120,41 @@ impl<'g> Comparer<'g> {
             writers_closed: profile == super::Profile::Serde,
             memo: HashMap::new(),
             in_progress: HashSet::new(),
+            work: 0,
+            limit: WORK_LIMIT,
         }
     }
 
-    /// Every change from the old root to the new root.
-    pub(crate) fn changes(mut self) -> Vec<Change> {
+    /// Gives up after `limit` units of work instead of [`WORK_LIMIT`].
+    #[cfg(test)]
+    pub(crate) fn with_limit(mut self, limit: u64) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Every change from the old root to the new root, and the work it took; an error when the
+    /// work passed the limit.
+    pub(crate) fn changes(self) -> Result<Vec<Change>, super::SchemaError> {
+        self.changes_and_work().map(|(changes, _)| changes)
+    }
+
+    /// [`Comparer::changes`] and the units of work spent.
+    pub(crate) fn changes_and_work(mut self) -> Result<(Vec<Change>, u64), super::SchemaError> {
         let mut ctx = Ctx::default();
         self.compare(&mut ctx, Some(self.old.root), Some(self.new.root));
-        ctx.changes
+        if self.work > self.limit {
+            return Err(super::SchemaError::TooComplex { limit: self.limit });
+        }
+        Ok((ctx.changes, self.work))
+    }
+
+    /// Counts `units` of work; false once the limit is passed, and every comparison then
+    /// returns at once.
+    fn spend(&mut self, units: usize) -> bool {
+        self.work = self
+            .work
+            .saturating_add(u64::try_from(units).unwrap_or(u64::MAX));
+        self.work <= self.limit
     }
 
     fn compare(&mut self, ctx: &mut Ctx, old: Option<NodeId>, new: Option<NodeId>) {
@@ -119,10 +164,14 @@ impl<'g> Comparer<'g> {
             (Some(_), None) => return ctx.add(Rule::SchemaRemoved),
             (Some(old), Some(new)) => (old, new),
         };
+        if !self.spend(1) {
+            return;
+        }
         let key = (self.swapped, old, new);
         if let Some(known) = self.memo.get(&key) {
-            let known = known.clone();
-            return ctx.extend_rebased(&known);
+            // Reached again: a sample, its breaking changes first (see SAMPLE).
+            let sample = sample(known);
+            return ctx.extend_rebased(&sample);
         }
         if !self.in_progress.insert(key) {
             return;
@@ -202,14 +251,13 @@ impl<'g> Comparer<'g> {
             (Kind::String(a), Kind::String(b)) => strings(ctx, &a, &b),
             (Kind::Number(a), Kind::Number(b)) => numbers(ctx, &a, &b),
             (Kind::Enum(a), Kind::Enum(b)) => {
-                // Numbers by value: 1 and 1.0 are one value.
-                let has = |set: &[serde_json::Value], v: &serde_json::Value| {
-                    set.iter().any(|x| {
-                        x == v || (x.is_number() && v.is_number() && x.as_f64() == v.as_f64())
-                    })
-                };
-                let a_in_b = a.iter().all(|v| has(&b, v));
-                let b_in_a = b.iter().all(|v| has(&a, v));
+                if !self.spend(a.len() + b.len()) {
+                    return;
+                }
+                // As sets, numbers by value: 1 and 1.0 are one value.
+                let (a_set, b_set) = (value_set(&a), value_set(&b));
+                let a_in_b = a_set.is_subset(&b_set);
+                let b_in_a = b_set.is_subset(&a_set);
                 if !(a_in_b && b_in_a) {
                     if a_in_b {
                         ctx.add_at("enum", Rule::EnumArrayExtended);
@@ -288,6 +336,9 @@ impl<'g> Comparer<'g> {
                 return;
             }
         }
+        if !self.spend(sa.len() + sb.len()) {
+            return;
+        }
         let olds = distinct(self.old, sa);
         let news = distinct(self.new, sb);
         if olds.len() < news.len() {
@@ -304,27 +355,243 @@ impl<'g> Comparer<'g> {
                 Rule::SumTypeNarrowed
             });
         }
-        let mut edges: Vec<Vec<Option<Vec<Change>>>> = vec![vec![None; news.len()]; olds.len()];
-        for (i, &o) in olds.iter().enumerate() {
-            ctx.enter(format!("{}/{i}", ca.keyword()));
-            for (j, &n) in news.iter().enumerate() {
-                let mut sub = ctx.sub();
-                self.compare(&mut sub, Some(o), Some(n));
-                if sub.is_compatible() {
-                    edges[i][j] = Some(sub.changes);
-                }
-            }
-            ctx.leave();
+        let matching = self.match_subschemas(ctx, ca, &olds, &news);
+        let matched = matching.len();
+        for (_, _, changes) in matching {
+            ctx.extend(changes);
         }
-        let matching = maximum_matching(&edges, news.len());
-        for (i, j) in &matching {
-            if let Some(changes) = edges[*i][*j].take() {
-                ctx.extend(changes);
-            }
-        }
-        if matching.len() < olds.len().min(news.len()) {
+        if matched < olds.len().min(news.len()) {
             ctx.add(Rule::CombinedTypeSubschemasChanged);
         }
+    }
+
+    /// A maximum matching of old to new subschemas, each pair compatible, with its changes.
+    ///
+    /// Subschemas written the same on both sides, with no `$ref` inside, match at once. The
+    /// rest are compared pairwise, but only where their discriminators agree: two object
+    /// subschemas whose properties hold different `const`s accept different data, and are not
+    /// compared. A tagged union of thousands of variants costs about as much as its size.
+    fn match_subschemas(
+        &mut self,
+        ctx: &mut Ctx,
+        ca: Criterion,
+        olds: &[NodeId],
+        news: &[NodeId],
+    ) -> Vec<(usize, usize, Vec<Change>)> {
+        let text =
+            |g: &Graph, id: NodeId| serde_json::to_string(&g.nodes[id].raw).unwrap_or_default();
+        let mut matched: Vec<(usize, usize, Vec<Change>)> = Vec::new();
+        let mut new_taken = vec![false; news.len()];
+        let mut by_text: HashMap<String, Vec<usize>> = HashMap::new();
+        for (j, &n) in news.iter().enumerate() {
+            by_text.entry(text(self.new, n)).or_default().push(j);
+        }
+        let mut rest: Vec<usize> = Vec::new();
+        for (i, &o) in olds.iter().enumerate() {
+            let written = text(self.old, o);
+            let same = (!written.contains("\"$ref\""))
+                .then(|| by_text.get_mut(&written))
+                .flatten()
+                .and_then(|js| {
+                    js.iter()
+                        .position(|&j| !new_taken[j])
+                        .map(|k| js.swap_remove(k))
+                });
+            match same {
+                Some(j) => {
+                    new_taken[j] = true;
+                    matched.push((i, j, Vec::new()));
+                }
+                None => rest.push(i),
+            }
+        }
+        let free: Vec<usize> = (0..news.len()).filter(|&j| !new_taken[j]).collect();
+        if rest.is_empty() || free.is_empty() {
+            return matched;
+        }
+        // The rest: edges only between pairs of the same type whose discriminators agree (a
+        // new `anyOf`/`oneOf` or `true` may accept anything, so it stays a candidate for all).
+        let wildcard = |kind: &Kind| matches!(kind, Kind::Combined(..) | Kind::Empty);
+        let mut any_new: Vec<usize> = Vec::new();
+        let mut by_class: HashMap<u8, Vec<usize>> = HashMap::new();
+        let mut untagged: HashMap<u8, Vec<usize>> = HashMap::new();
+        let mut by_tag: HashMap<(u8, (String, String)), Vec<usize>> = HashMap::new();
+        for (k, &j) in free.iter().enumerate() {
+            let node = &self.new.nodes[news[j]];
+            if wildcard(&node.kind) {
+                any_new.push(k);
+                continue;
+            }
+            let class = node.kind.class();
+            by_class.entry(class).or_default().push(k);
+            match discriminator(&node.raw) {
+                Some(tag) => by_tag.entry((class, tag)).or_default().push(k),
+                None => untagged.entry(class).or_default().push(k),
+            }
+        }
+        let candidates: Vec<Vec<usize>> = rest
+            .iter()
+            .enumerate()
+            .map(|(r, &i)| {
+                let node = &self.old.nodes[olds[i]];
+                let mut list: Vec<usize> = if matches!(node.kind, Kind::Combined(..) | Kind::False)
+                {
+                    (0..free.len()).collect()
+                } else {
+                    let class = node.kind.class();
+                    let same_type = match discriminator(&node.raw) {
+                        Some(tag) => by_tag
+                            .get(&(class, tag))
+                            .into_iter()
+                            .flatten()
+                            .chain(untagged.get(&class).into_iter().flatten())
+                            .copied()
+                            .collect::<Vec<_>>(),
+                        None => by_class.get(&class).cloned().unwrap_or_default(),
+                    };
+                    same_type
+                        .into_iter()
+                        .chain(any_new.iter().copied())
+                        .collect()
+                };
+                // The subschema at the same place first: lists usually change at their ends.
+                if let Some(at) = list.iter().position(|&k| k == r) {
+                    list.swap(0, at);
+                }
+                list
+            })
+            .collect();
+        // Edges are compared when the matching needs them, once each.
+        let mut edges: HashMap<(usize, usize), Option<Vec<Change>>> = HashMap::new();
+        let mut owner: Vec<Option<usize>> = vec![None; free.len()];
+        // First pass: each old subschema takes the first free compatible candidate.
+        for (r, &i) in rest.iter().enumerate() {
+            for &k in &candidates[r] {
+                if owner[k].is_some() {
+                    continue;
+                }
+                if self.edge(ctx, ca, &mut edges, (r, k), (i, olds[i]), news[free[k]]) {
+                    owner[k] = Some(r);
+                    break;
+                }
+                if self.work > self.limit {
+                    return matched;
+                }
+            }
+        }
+        // Then augmenting paths (Kuhn) for the rest, which may move earlier choices.
+        let mut taken = vec![false; rest.len()];
+        for r in owner.iter().flatten() {
+            taken[*r] = true;
+        }
+        let unmatched: Vec<usize> = (0..rest.len()).filter(|&r| !taken[r]).collect();
+        for r in unmatched {
+            if self.work > self.limit {
+                break;
+            }
+            let mut seen = vec![false; free.len()];
+            self.augment(
+                ctx,
+                ca,
+                r,
+                &rest,
+                olds,
+                news,
+                &free,
+                &candidates,
+                &mut edges,
+                &mut seen,
+                &mut owner,
+            );
+        }
+        for (k, r) in owner.iter().enumerate() {
+            if let Some(r) = *r
+                && let Some(Some(changes)) = edges.remove(&(r, k))
+            {
+                matched.push((rest[r], free[k], changes));
+            }
+        }
+        matched
+    }
+
+    /// Whether old subschema `i` (the `r`th unmatched) and the new subschema `new` (the `k`th
+    /// free) are compatible, compared once and remembered in `edges`.
+    fn edge(
+        &mut self,
+        ctx: &mut Ctx,
+        ca: Criterion,
+        edges: &mut HashMap<(usize, usize), Option<Vec<Change>>>,
+        (r, k): (usize, usize),
+        (i, old): (usize, NodeId),
+        new: NodeId,
+    ) -> bool {
+        if let Some(known) = edges.get(&(r, k)) {
+            return known.is_some();
+        }
+        let (o, n) = (&self.old.nodes[old].kind, &self.new.nodes[new].kind);
+        let combined = |kind: &Kind| matches!(kind, Kind::Combined(..));
+        if !combined(o)
+            && !combined(n)
+            && o.class() != n.class()
+            && !matches!(o, Kind::False)
+            && !matches!(n, Kind::Empty)
+        {
+            // Different types: incompatible, as `compare_nodes` would find; cheap enough to tell
+            // again than to remember.
+            self.spend(1);
+            return false;
+        }
+        ctx.enter(format!("{}/{i}", ca.keyword()));
+        let mut sub = ctx.sub();
+        self.compare(&mut sub, Some(old), Some(new));
+        ctx.leave();
+        let compatible = sub.is_compatible();
+        edges.insert((r, k), compatible.then_some(sub.changes));
+        compatible
+    }
+
+    /// Kuhn's augmenting path from unmatched old subschema `r`, comparing edges as it goes.
+    #[allow(clippy::too_many_arguments)]
+    fn augment(
+        &mut self,
+        ctx: &mut Ctx,
+        ca: Criterion,
+        r: usize,
+        rest: &[usize],
+        olds: &[NodeId],
+        news: &[NodeId],
+        free: &[usize],
+        candidates: &[Vec<usize>],
+        edges: &mut HashMap<(usize, usize), Option<Vec<Change>>>,
+        seen: &mut [bool],
+        owner: &mut [Option<usize>],
+    ) -> bool {
+        for &k in &candidates[r] {
+            if seen[k] || self.work > self.limit {
+                continue;
+            }
+            if !self.edge(
+                ctx,
+                ca,
+                edges,
+                (r, k),
+                (rest[r], olds[rest[r]]),
+                news[free[k]],
+            ) {
+                continue;
+            }
+            seen[k] = true;
+            let taken_by = owner[k];
+            if taken_by.is_none_or(|other| {
+                self.augment(
+                    ctx, ca, other, rest, olds, news, free, candidates, edges, seen, owner,
+                )
+            }) {
+                owner[k] = Some(r);
+                return true;
+            }
+        }
+        false
     }
 
     /// `renames` are (old name, new name) pairs: a field renamed with `#[serde(alias = "old")]`.
@@ -767,47 +1034,53 @@ fn renames(a: &ObjectNode, b: &ObjectNode, b_raw: &serde_json::Value) -> Vec<(St
 
 /// Subschemas without duplicates (by their JSON), in order.
 fn distinct(graph: &Graph, ids: &[NodeId]) -> Vec<NodeId> {
-    let mut out: Vec<NodeId> = Vec::with_capacity(ids.len());
-    for &id in ids {
-        if !out
-            .iter()
-            .any(|&seen| graph.nodes[seen].raw == graph.nodes[id].raw)
-        {
-            out.push(id);
-        }
-    }
-    out
+    let mut seen = HashSet::with_capacity(ids.len());
+    ids.iter()
+        .copied()
+        .filter(|&id| seen.insert(serde_json::to_string(&graph.nodes[id].raw).unwrap_or_default()))
+        .collect()
 }
 
-/// A maximum matching of the bipartite graph whose edges are the `Some` cells (Kuhn's algorithm).
-fn maximum_matching<T>(edges: &[Vec<Option<T>>], right: usize) -> Vec<(usize, usize)> {
-    fn augment<T>(
-        i: usize,
-        edges: &[Vec<Option<T>>],
-        seen: &mut [bool],
-        owner: &mut [Option<usize>],
-    ) -> bool {
-        for j in 0..owner.len() {
-            if edges[i][j].is_some() && !seen[j] {
-                seen[j] = true;
-                if owner[j].is_none_or(|k| augment(k, edges, seen, owner)) {
-                    owner[j] = Some(i);
-                    return true;
-                }
-            }
-        }
-        false
-    }
-    let mut owner: Vec<Option<usize>> = vec![None; right];
-    for i in 0..edges.len() {
-        let mut seen = vec![false; right];
-        augment(i, edges, &mut seen, &mut owner);
-    }
-    owner
+/// The values of an `enum`, as a set: numbers by value (1 and 1.0 are one value), the rest by
+/// their JSON.
+fn value_set(values: &[serde_json::Value]) -> HashSet<String> {
+    values
         .iter()
-        .enumerate()
-        .filter_map(|(j, i)| i.map(|i| (i, j)))
+        .map(|v| match v.as_f64() {
+            Some(number) if v.is_number() => format!("n:{number:?}"),
+            _ => format!("j:{v}"),
+        })
         .collect()
+}
+
+/// An object subschema's discriminator: its first property (by name) whose value is fixed by
+/// `const` or a one-value `enum`, and that value. Two subschemas with the same property fixed
+/// to different values accept different data.
+fn discriminator(raw: &serde_json::Value) -> Option<(String, String)> {
+    let properties = raw.get("properties")?.as_object()?;
+    let mut names: Vec<&String> = properties.keys().collect();
+    names.sort();
+    names.into_iter().find_map(|name| {
+        let schema = properties.get(name)?;
+        let fixed = schema.get("const").or_else(|| {
+            schema
+                .get("enum")
+                .and_then(serde_json::Value::as_array)
+                .filter(|values| values.len() == 1)
+                .and_then(|values| values.first())
+        })?;
+        Some((name.clone(), fixed.to_string()))
+    })
+}
+
+/// At most [`SAMPLE`] of `changes`, the breaking ones first.
+fn sample(changes: &[Change]) -> Vec<Change> {
+    if changes.len() <= SAMPLE {
+        return changes.to_vec();
+    }
+    let breaking = changes.iter().filter(|c| !c.rule.is_compatible());
+    let rest = changes.iter().filter(|c| c.rule.is_compatible());
+    breaking.chain(rest).take(SAMPLE).cloned().collect()
 }
 
 fn object_is_open(graph: &Graph, o: &ObjectNode) -> bool {
@@ -978,5 +1251,188 @@ fn numbers(ctx: &mut Ctx, a: &NumberNode, b: &NumberNode) {
         } else {
             Rule::TypeNarrowed
         });
+    }
+}
+
+#[cfg(test)]
+mod bounded {
+    //! The checker's cost is bounded by the size of its input: shared definitions are compared
+    //! once, enums as sets, tagged unions by their tags, and anything past the work limit is an
+    //! error rather than a runaway.
+
+    #![allow(clippy::unwrap_used)]
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::Profile;
+    use super::super::model::{Graph, Kind};
+    use super::Comparer;
+
+    /// Nodes, enum values and subschemas: what the work is measured against.
+    fn size(graph: &Graph) -> u64 {
+        graph
+            .nodes
+            .iter()
+            .map(|node| {
+                1 + match &node.kind {
+                    Kind::Enum(values) => values.len() as u64,
+                    Kind::Combined(_, subs) => subs.len() as u64,
+                    _ => 0,
+                }
+            })
+            .sum()
+    }
+
+    fn compare(old: &Value, new: &Value) -> (usize, u64, u64) {
+        let (a, b) = (
+            Graph::load(old, Profile::Strict).unwrap(),
+            Graph::load(new, Profile::Strict).unwrap(),
+        );
+        let (changes, work) = Comparer::new(&a, &b, Profile::Strict)
+            .changes_and_work()
+            .unwrap();
+        (changes.len(), work, size(&a) + size(&b))
+    }
+
+    /// `d_i` has two properties that both refer to `d_(i-1)`: 2^levels paths reach the leaf.
+    fn layered(levels: usize, leaf: &str) -> Value {
+        let mut definitions = serde_json::Map::new();
+        definitions.insert("d0".into(), json!({ "type": leaf }));
+        for i in 1..=levels {
+            let below = format!("#/definitions/d{}", i - 1);
+            definitions.insert(
+                format!("d{i}"),
+                json!({
+                    "type": "object",
+                    "properties": { "a": { "$ref": below }, "b": { "$ref": below } }
+                }),
+            );
+        }
+        json!({ "definitions": definitions, "$ref": format!("#/definitions/d{levels}") })
+    }
+
+    #[test]
+    fn a_change_under_a_25_level_shared_definition_is_found_at_once() {
+        let (old, new) = (layered(25, "string"), layered(25, "integer"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(compare(&old, &new));
+        });
+        // 2^25 paths lead to the leaf; the comparison visits each pair of definitions once.
+        let (changes, work, size) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the comparison finishes");
+        assert!((1..1000).contains(&changes), "{changes} changes");
+        assert!(work < 20 * size, "work {work} for input size {size}");
+        let report = super::super::check(
+            &layered(25, "string"),
+            &layered(25, "integer"),
+            super::super::Mode::Backward,
+        )
+        .unwrap();
+        assert!(!report.is_compatible());
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.rule.name() == "TYPE_CHANGED")
+        );
+    }
+
+    #[test]
+    fn past_the_work_limit_the_comparison_gives_up_with_an_error() {
+        // Untagged objects that all differ: every pair must be compared.
+        let anyof = |n: usize, prefix: &str| {
+            let branches: Vec<Value> = (0..n)
+                .map(|i| {
+                    let name = format!("{prefix}{i}");
+                    json!({ "type": "object", "required": [name], "properties": { name: { "type": "string" } } })
+                })
+                .collect();
+            json!({ "anyOf": branches })
+        };
+        let (a, b) = (
+            Graph::load(&anyof(200, "a"), Profile::Strict).unwrap(),
+            Graph::load(&anyof(200, "b"), Profile::Strict).unwrap(),
+        );
+        let error = Comparer::new(&a, &b, Profile::Strict)
+            .with_limit(10_000)
+            .changes()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("schema too complex to check"),
+            "{error}"
+        );
+    }
+
+    /// A schema with shared definitions (some recursive, some reached twice), big enums and
+    /// many-branch tagged unions; `tweak` picks which leaves differ in the second copy.
+    fn generated(definitions: usize, enum_size: usize, branches: usize, tweak: u64) -> Value {
+        let flip = |i: usize| tweak >> (i % 64) & 1 == 1;
+        let mut defs = serde_json::Map::new();
+        defs.insert(
+            "d0".into(),
+            json!({ "type": if flip(0) { "integer" } else { "string" } }),
+        );
+        for i in 1..definitions {
+            let below = format!("#/definitions/d{}", i - 1);
+            let me = format!("#/definitions/d{i}");
+            defs.insert(
+                format!("d{i}"),
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "left": { "$ref": below },
+                        "right": { "$ref": below },
+                        "self": { "$ref": me },
+                        "n": { "type": if flip(i) { "number" } else { "integer" } }
+                    }
+                }),
+            );
+        }
+        let values: Vec<Value> = (0..enum_size)
+            .filter(|v| !(flip(v % 7) && v % 97 == 0))
+            .map(|v| json!(format!("v{v}")))
+            .collect();
+        let variants: Vec<Value> = (0..branches)
+            .map(|b| {
+                let mut properties = json!({
+                    "kind": { "const": format!("k{b}") },
+                    "amount": { "type": "integer" }
+                });
+                if flip(b) && b % 13 == 0 {
+                    properties["amount"] = json!({ "type": "string" });
+                }
+                json!({ "type": "object", "properties": properties, "required": ["kind"] })
+            })
+            .collect();
+        json!({
+            "definitions": defs,
+            "type": "object",
+            "properties": {
+                "tree": { "$ref": format!("#/definitions/d{}", definitions - 1) },
+                "status": { "enum": values },
+                "payment": { "anyOf": variants }
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn work_is_bounded_by_the_input_size(
+            definitions in 1usize..25,
+            enum_size in 0usize..3000,
+            branches in 1usize..400,
+            old_tweak in any::<u64>(),
+            new_tweak in any::<u64>(),
+        ) {
+            let old = generated(definitions, enum_size, branches, old_tweak);
+            let new = generated(definitions, enum_size, branches, new_tweak);
+            let (_, work, size) = compare(&old, &new);
+            prop_assert!(work <= 16 * size + 64, "work {} for input size {}", work, size);
+        }
     }
 }

@@ -185,6 +185,15 @@ pub enum SchemaError {
         /// Where it is.
         pointer: String,
     },
+    /// Comparing the schemas takes more work than the checker allows: a crafted or runaway
+    /// schema.
+    #[error(
+        "schema too complex to check: comparing it took more than {limit} steps; split shared definitions, enums or anyOf/oneOf lists, or check it by hand"
+    )]
+    TooComplex {
+        /// The work limit.
+        limit: u64,
+    },
     /// Schemas nest deeper than [`MAX_DEPTH`].
     #[error("{pointer}: the schema nests deeper than {limit} levels, the supported limit")]
     TooDeep {
@@ -203,7 +212,7 @@ pub fn changes(old: &Value, new: &Value) -> Result<Vec<(Rule, String)>, SchemaEr
     let old = Graph::load(old, Profile::Strict)?;
     let new = Graph::load(new, Profile::Strict)?;
     Ok(Comparer::new(&old, &new, Profile::Strict)
-        .changes()
+        .changes()?
         .into_iter()
         .map(|c| (c.rule, c.path))
         .collect())
@@ -225,10 +234,11 @@ pub fn check_with(
     let old_graph = Graph::load(old, profile)?;
     let new_graph = Graph::load(new, profile)?;
     let mut findings = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for &direction in mode.directions() {
         let found = match direction {
-            Direction::Backward => Comparer::new(&old_graph, &new_graph, profile).changes(),
-            Direction::Forward => Comparer::new(&new_graph, &old_graph, profile).changes(),
+            Direction::Backward => Comparer::new(&old_graph, &new_graph, profile).changes()?,
+            Direction::Forward => Comparer::new(&new_graph, &old_graph, profile).changes()?,
         };
         for change in found {
             let (before, after) = match direction {
@@ -245,9 +255,7 @@ pub fn check_with(
                 action: breaks.map(|_| ACTION),
             };
             // In FULL mode a compatible change shows up from both sides; keep one.
-            if !findings.iter().any(|f: &Finding| {
-                f.rule == finding.rule && f.pointer == finding.pointer && f.breaks == finding.breaks
-            }) {
+            if seen.insert((finding.rule, finding.pointer.clone(), finding.breaks)) {
                 findings.push(finding);
             }
         }
