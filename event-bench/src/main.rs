@@ -379,6 +379,92 @@ fn event_now() -> chrono::DateTime<Utc> {
     chrono::DurationRound::duration_trunc(now, chrono::TimeDelta::microseconds(1)).unwrap_or(now)
 }
 
+/// How the checker's time grows with the input: enums of 10k to 200k values (one value
+/// removed), and anyOf lists of 300 to 3,000 subschemas, tagged (one variant added) and untagged
+/// (every subschema's title changed), each against parsing the same two documents in the same
+/// run. Near-linear growth keeps `checkVsParse` roughly flat as the size grows twentyfold.
+fn checker_scaling() -> anyhow::Result<serde_json::Value> {
+    use event_core::schema::{Mode, check};
+    use serde_json::json;
+    let measure =
+        |old: &serde_json::Value, new: &serde_json::Value| -> anyhow::Result<serde_json::Value> {
+            let (old_text, new_text) = (old.to_string(), new.to_string());
+            let started = Instant::now();
+            let parsed: (serde_json::Value, serde_json::Value) = (
+                serde_json::from_str(&old_text)?,
+                serde_json::from_str(&new_text)?,
+            );
+            let parse = started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            let report = check(&parsed.0, &parsed.1, Mode::Backward)?;
+            let seconds = started.elapsed().as_secs_f64();
+            Ok(json!({
+                "seconds": seconds,
+                "parseSeconds": parse,
+                "checkVsParse": seconds / parse,
+                "compatible": report.is_compatible(),
+            }))
+        };
+    let mut enums = serde_json::Map::new();
+    for n in [10_000_usize, 50_000, 200_000] {
+        let values = |skip: usize| -> Vec<String> {
+            (0..n)
+                .filter(|&i| i != skip)
+                .map(|i| format!("v{i}"))
+                .collect()
+        };
+        let result = measure(
+            &json!({ "enum": values(n) }),
+            &json!({ "enum": values(n / 2) }),
+        )?;
+        enums.insert(n.to_string(), result);
+    }
+    let mut tagged = serde_json::Map::new();
+    let mut untagged = serde_json::Map::new();
+    for n in [300_usize, 1_000, 3_000] {
+        let variants = |count: usize| -> Vec<serde_json::Value> {
+            (0..count)
+                .map(|i| json!({
+                    "type": "object",
+                    "properties": { "kind": { "const": format!("k{i}") }, "amount": { "type": "integer" } },
+                    "required": ["kind"]
+                }))
+                .collect()
+        };
+        tagged.insert(
+            n.to_string(),
+            measure(
+                &json!({ "anyOf": variants(n) }),
+                &json!({ "anyOf": variants(n + 1) }),
+            )?,
+        );
+        let titled = |prefix: &str| -> Vec<serde_json::Value> {
+            (0..n)
+                .map(|i| json!({ "type": "string", "title": format!("{prefix}{i}") }))
+                .collect()
+        };
+        untagged.insert(
+            n.to_string(),
+            measure(
+                &json!({ "anyOf": titled("old") }),
+                &json!({ "anyOf": titled("new") }),
+            )?,
+        );
+    }
+    let growth = |table: &serde_json::Map<String, serde_json::Value>, small: &str, big: &str| {
+        table[big]["seconds"].as_f64().unwrap_or(0.0)
+            / table[small]["seconds"].as_f64().unwrap_or(1.0)
+    };
+    Ok(json!({
+        "enum": enums,
+        "enumGrowth10kTo200k": growth(&enums, "10000", "200000"),
+        "anyOfTagged": tagged,
+        "anyOfTaggedGrowth300To3000": growth(&tagged, "300", "3000"),
+        "anyOfUntagged": untagged,
+        "anyOfUntaggedGrowth300To3000": growth(&untagged, "300", "3000"),
+    }))
+}
+
 /// Checks `types` event types with 3 versions each (BACKWARD_TRANSITIVE, serde profile), against
 /// the baseline of parsing the same schema texts, measured in the same run.
 fn schema_bench(types: usize) -> anyhow::Result<()> {
@@ -439,9 +525,11 @@ fn schema_bench(types: usize) -> anyhow::Result<()> {
         parsed == types * 3 && compatible == types,
         "{compatible} of {types} histories compatible"
     );
+    let scaling = checker_scaling()?;
     let report = serde_json::json!({
         "machine": machine(),
         "measuredAt": Utc::now(),
+        "scaling": scaling,
         "eventTypes": types,
         "versionsEach": 3,
         "checkSeconds": check.as_secs_f64(),
