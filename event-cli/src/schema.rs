@@ -67,7 +67,8 @@ pub(crate) struct CheckArgs {
     against: Option<String>,
 }
 
-/// Exit 0 when every snapshot holds, 1 when one does not; errors (exit 2) are returned.
+/// Exit 0 when every snapshot holds, 1 when one does not, 2 when one cannot be read or is not a
+/// schema; other errors (exit 2) are returned.
 pub(crate) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use event_core::schema::snapshot;
     if !args.dir.is_dir() {
@@ -86,7 +87,9 @@ pub(crate) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     print!("{report}");
-    Ok(if report.is_ok() {
+    Ok(if report.has_unreadable() {
+        ExitCode::from(2)
+    } else if report.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -123,3 +123,64 @@ fn snapshots_are_checked_against_history_and_a_git_base() {
     assert_eq!(code, 2, "{out}");
     let _ = std::fs::remove_dir_all(&repo);
 }
+
+/// A snapshot that cannot be read, is empty, is not JSON or not a schema, or whose file name is
+/// ambiguous or out of range is bad input: exit 2, naming the file at fault, even when it is the
+/// only version.
+#[test]
+fn bad_snapshots_exit_2_and_name_the_file() {
+    let root = std::env::temp_dir().join(format!("schema-bad-{}", std::process::id()));
+    let good = snapshot(&["order_id"], &["order_id"], false);
+    // (the files of one event type, the file at fault, what the line says)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: &[Case<'_>] = &[
+        (&[("v1.json", "")], "v1.json", "is empty"),
+        (&[("v1.json", "{\"type\": ")], "v1.json", "not JSON"),
+        (&[("v1.json", "[1, 2]")], "v1.json", "not a schema"),
+        (
+            &[("v1.json", r#"{"type":"object","properties":[1,2]}"#)],
+            "v1.json",
+            "#/properties",
+        ),
+        (
+            &[("v1.json", &good), ("v2.json", "[1, 2]")],
+            "v2.json",
+            "not a schema",
+        ),
+        (
+            &[("v1.json", &good), ("v01.json", &good)],
+            "v1.json",
+            "v01.json",
+        ),
+        (&[("v0.json", &good)], "v0.json", "versions start at 1"),
+        (
+            &[("v99999999999.json", &good)],
+            "v99999999999.json",
+            "out of range",
+        ),
+        (
+            &[("vlatest.json", &good)],
+            "vlatest.json",
+            "not a snapshot name",
+        ),
+    ];
+    for (files, at_fault, reason) in cases {
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("ORDER_PAID");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in *files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let (code, out) = run(&root, &["schema", "check", "--dir", "."]);
+        assert_eq!(code, 2, "{files:?}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains(reason))
+            .unwrap_or_else(|| panic!("{files:?}: no `{reason}` in {out}"));
+        assert!(
+            line.contains(at_fault),
+            "{files:?}: names {at_fault}: {line}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

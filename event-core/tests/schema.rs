@@ -108,12 +108,21 @@ fn recursion_through_not_and_refs_to_refs_terminate() {
         "definitions": {
             "a": {"not": {"$ref": "#/definitions/b"}},
             "b": {"anyOf": [{"$ref": "#/definitions/a"}, {"type": "string"}]},
-            "c": {"$ref": "#/definitions/c"}
+            "c": {"$ref": "#/definitions/d"},
+            "d": {"$ref": "#/definitions/a"}
         }
     });
     assert!(check(&cyclic, &cyclic, Mode::Full).unwrap().is_compatible());
     let other = json!({"not": {"type": "integer"}});
     check(&cyclic, &other, Mode::Full).unwrap();
+    // A cycle of references alone names no schema: bad input, not "accepts everything".
+    for empty in [
+        json!({"$ref": "#"}),
+        json!({"definitions": {"c": {"$ref": "#/definitions/c"}}, "type": "object"}),
+    ] {
+        let err = check(&empty, &empty, Mode::Full).unwrap_err();
+        assert!(err.to_string().contains("leads back to itself"), "{err}");
+    }
 }
 
 #[test]

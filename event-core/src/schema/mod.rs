@@ -19,6 +19,7 @@ mod diff;
 mod model;
 mod rule;
 pub mod snapshot;
+mod validate;
 
 use serde::Serialize;
 use serde_json::Value;

@@ -187,6 +187,7 @@ impl Graph {
     /// Reads `document`. Draft-04 to draft-07 and 2019-09 / 2020-12 are understood; `$ref` must
     /// be a JSON pointer into the same document (`#/definitions/..`, `#/$defs/..`, `#`).
     pub(crate) fn load(document: &Value, profile: super::Profile) -> Result<Graph, SchemaError> {
+        super::validate::validate(document)?;
         let modern = document
             .get("$schema")
             .and_then(Value::as_str)

@@ -170,6 +170,14 @@ impl SnapshotReport {
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// True when a snapshot could not be read or checked at all (bad input, not a
+    /// compatibility problem).
+    pub fn has_unreadable(&self) -> bool {
+        self.problems
+            .iter()
+            .any(|p| matches!(p, Problem::Unreadable { .. }))
+    }
 }
 
 impl fmt::Display for SnapshotReport {
@@ -396,17 +404,47 @@ pub fn read_type_dir(dir: &Path) -> Result<BTreeMap<u32, Value>, Problem> {
             });
         }
     };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Some(version) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix('v'))
-            .and_then(|n| n.strip_suffix(".json"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    files.sort();
+    let mut names: BTreeMap<u32, PathBuf> = BTreeMap::new();
+    for path in files {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        let Some(digits) = name.strip_prefix('v').and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        let fail = |reason: String| Problem::Unreadable {
+            path: path.clone(),
+            reason,
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(fail(
+                "is not a snapshot name: name snapshots vN.json, N the event version (1, 2, ...)"
+                    .into(),
+            ));
+        }
+        let version = match digits.parse::<u32>() {
+            Ok(version) if version >= 1 && !digits.starts_with('0') => version,
+            Ok(0) => return Err(fail("version 0 does not exist: versions start at 1".into())),
+            Ok(version) => {
+                return Err(fail(format!(
+                    "write version {version} as v{version}.json, without leading zeros"
+                )));
+            }
+            Err(_) => {
+                return Err(fail(format!(
+                    "version {digits} is out of range: at most {}",
+                    u32::MAX
+                )));
+            }
+        };
+        if let Some(other) = names.insert(version, path.clone()) {
+            return Err(fail(format!(
+                "names version {version}, as {} does: keep one",
+                other.display()
+            )));
+        }
         let schema = read_snapshot(&path)?;
         history.insert(version, schema);
     }
@@ -419,10 +457,21 @@ pub fn read_snapshot(path: &Path) -> Result<Value, Problem> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    serde_json::from_str(&text).map_err(|e| Problem::Unreadable {
+    if text.trim().is_empty() {
+        return Err(Problem::Unreadable {
+            path: path.to_path_buf(),
+            reason: "is empty: a snapshot holds the event's JSON schema".into(),
+        });
+    }
+    let value: Value = serde_json::from_str(&text).map_err(|e| Problem::Unreadable {
         path: path.to_path_buf(),
         reason: format!("not JSON: {e}"),
-    })
+    })?;
+    super::validate::validate(&value).map_err(|e| Problem::Unreadable {
+        path: path.to_path_buf(),
+        reason: format!("not a usable schema: {e}"),
+    })?;
+    Ok(value)
 }
 
 fn write_snapshot(
@@ -521,9 +570,13 @@ pub fn check_dir(dir: &Path) -> SnapshotReport {
                     })
                 }
                 Ok(_) => {}
-                Err(e) => report
-                    .problems
-                    .push(unreadable(&snapshot_path(dir, &event_type, old), e)),
+                Err(e) => report.problems.push(Problem::Unreadable {
+                    path: snapshot_path(dir, &event_type, newest),
+                    reason: format!(
+                        "cannot be compared with {}: {e}",
+                        snapshot_path(dir, &event_type, old).display()
+                    ),
+                }),
             }
         }
     }
