@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("eventctl: {error:#}");
+            eprintln!("eventctl: {}", output::chain(&error));
             ExitCode::from(2)
         }
     }

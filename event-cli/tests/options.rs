@@ -106,3 +106,19 @@ fn no_option_value_makes_eventctl_panic() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A database without the event tables: one line that says to migrate, each cause once.
+#[test]
+fn missing_tables_say_to_migrate_once() {
+    let dir = std::env::temp_dir().join(format!("eventctl-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("empty.db"), "").unwrap();
+    let url = format!("sqlite://{}/empty.db", dir.display());
+    let (code, stderr) = eventctl(&["outbox", "status", "--database-url", &url], &dir);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("eventctl migrate"), "{stderr}");
+    assert_eq!(stderr.matches("no such table").count(), 1, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
