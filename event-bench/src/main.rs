@@ -88,6 +88,17 @@ struct BackendResult {
     batch_latency_large_published_ms: f64,
     large_published_rows: i64,
     batch_latency_ratio: f64,
+    /// PostgreSQL: batch latency on the large table filled after its statistics were taken
+    /// empty (as after `migrate`), never analyzed since.
+    stale_statistics_batch_latency_ms: Option<f64>,
+    /// The same after `Outbox::ensure_statistics`, as a relay runs it on start.
+    relay_start_batch_latency_ms: Option<f64>,
+    /// The same after an explicit ANALYZE: the baseline.
+    analyzed_batch_latency_ms: Option<f64>,
+    /// `relay_start` over `analyzed`.
+    relay_start_vs_analyzed: Option<f64>,
+    /// `stale_statistics` over `analyzed`.
+    stale_vs_analyzed: Option<f64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -325,7 +336,50 @@ where
         "   batch latency {:.2} ms -> {:.2} ms",
         r.batch_latency_10k_published_ms, r.batch_latency_large_published_ms
     );
+
+    // (d) PostgreSQL: the table's statistics taken while it was empty (as `migrate` leaves
+    // them), then filled in bulk before autovacuum could look: what the claim costs then, after
+    // a relay's start has taken fresh statistics, and with ANALYZE run by hand.
+    if <DB as event_sqlx::Backend>::DIALECT == event_sqlx::Dialect::Postgres {
+        DB::truncate(db.pool()).await?;
+        DB::raw(
+            db.pool(),
+            "ALTER TABLE biz_outbox_event SET (autovacuum_enabled = false)",
+        )
+        .await?;
+        DB::analyze(db.pool()).await?;
+        eprintln!("   filling {} published rows, not analyzed", args.published);
+        DB::fill_published(db.pool(), 0, args.published).await?;
+        let stale = batch_latency_unsettled(db, "S", 4_000_000).await?;
+        let took = db.outbox.ensure_statistics().await?;
+        anyhow::ensure!(took, "a relay's start did not find the statistics stale");
+        let relay_start = batch_latency_unsettled(db, "T", 5_000_000).await?;
+        DB::analyze(db.pool()).await?;
+        let analyzed = batch_latency_unsettled(db, "U", 6_000_000).await?;
+        DB::raw(db.pool(), "ALTER TABLE biz_outbox_event RESET (autovacuum_enabled)").await?;
+        r.stale_statistics_batch_latency_ms = Some(stale);
+        r.relay_start_batch_latency_ms = Some(relay_start);
+        r.analyzed_batch_latency_ms = Some(analyzed);
+        r.relay_start_vs_analyzed = Some(relay_start / analyzed);
+        r.stale_vs_analyzed = Some(stale / analyzed);
+        eprintln!(
+            "   stale statistics {stale:.2} ms, after a relay's start {relay_start:.2} ms, analyzed {analyzed:.2} ms"
+        );
+    }
     Ok(r)
+}
+
+/// [`batch_latency`] without the maintenance after the fill: the statistics stay as they are.
+async fn batch_latency_unsettled<DB: BenchDb>(
+    db: &TestDb<DB>,
+    prefix: &str,
+    offset: usize,
+) -> anyhow::Result<f64> {
+    let rows = backlog(prefix, 22 * 100, offset);
+    for chunk in rows.chunks(1000) {
+        DB::raw_insert(db.pool(), chunk, event_now()).await?;
+    }
+    measure_batches(db).await
 }
 
 /// The median time of one relay batch of 100 (claim, publish, mark) over 2000 pending events,
@@ -341,6 +395,12 @@ async fn batch_latency<DB: BenchDb>(
         DB::raw_insert(db.pool(), chunk, event_now()).await?;
     }
     DB::settle(db.pool()).await?;
+    measure_batches(db).await
+}
+
+/// The median time of one relay batch of 100 over 20 batches, after two that warm the caches.
+async fn measure_batches<DB: BenchDb>(db: &TestDb<DB>) -> anyhow::Result<f64> {
+    let (warm_up, measured) = (2, 20);
     let relay = db
         .outbox
         .relay(Serializing, RelayConfig::new("latency").batch_size(100));

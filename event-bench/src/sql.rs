@@ -47,6 +47,11 @@ pub trait BenchDb: Backend {
     fn truncate(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
     /// Refreshes the planner's statistics.
     fn analyze(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
+    /// Runs a fixed statement.
+    fn raw<'a>(
+        pool: &'a Pool<Self>,
+        statement: &'static str,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a;
     /// After a bulk fill: refreshes statistics and does the maintenance the fill would otherwise
     /// trigger in the background during the measurement (PostgreSQL's autovacuum).
     fn settle(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
@@ -205,6 +210,13 @@ macro_rules! impl_bench_db {
             fn settle(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send + '_ {
                 async move {
                     sqlx::raw_sql($settle).execute(pool).await?;
+                    Ok(())
+                }
+            }
+
+            fn raw<'a>(pool: &'a Pool<Self>, statement: &'static str) -> impl Future<Output = sqlx::Result<()>> + Send + 'a {
+                async move {
+                    sqlx::raw_sql(statement).execute(pool).await?;
                     Ok(())
                 }
             }

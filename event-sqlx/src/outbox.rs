@@ -100,8 +100,8 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Takes the planner's statistics of the outbox table (`ANALYZE`; nothing on SQLite, whose
-    /// claim does not depend on them). Run it after loading or archiving many rows; relays run it
-    /// on start when the table never had statistics.
+    /// claim does not depend on them). Run it after loading or archiving many rows; relays take
+    /// them on start when they are missing or stale ([`Outbox::ensure_statistics`]).
     pub async fn analyze(&self) -> Result<(), Error> {
         let mut conn = self.conn().await?;
         sql::analyze::<DB>(&mut conn, &self.config.table)
@@ -109,26 +109,23 @@ impl<DB: Backend> Outbox<DB> {
             .map_err(|e| self.db_error(e))
     }
 
-    /// Takes statistics when the table never had any (a table just filled, before the server's
-    /// own background analysis): a cheap catalog query otherwise.
-    pub(crate) async fn ensure_statistics(&self) {
-        let result = async {
-            let mut conn = self.conn().await?;
-            if sql::never_analyzed::<DB>(&mut conn, &self.config.table)
-                .await
-                .map_err(|e| self.db_error(e))?
-            {
-                tracing::info!(table = %self.config.table, "the outbox table has no statistics yet; taking them");
-                sql::analyze::<DB>(&mut conn, &self.config.table)
-                    .await
-                    .map_err(|e| self.db_error(e))?;
-            }
-            Ok::<(), Error>(())
+    /// Takes the outbox table's statistics when they are missing or stale (PostgreSQL: never
+    /// taken, or taken before most of today's rows were written, as after a bulk load that
+    /// autovacuum has not caught up with); otherwise one cheap catalog query. Returns whether it
+    /// took them. Relays call it when they start.
+    pub async fn ensure_statistics(&self) -> Result<bool, Error> {
+        let mut conn = self.conn().await?;
+        if !sql::stale_statistics::<DB>(&mut conn, &self.config.table)
+            .await
+            .map_err(|e| self.db_error(e))?
+        {
+            return Ok(false);
         }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %crate::error::Chain(&e), "could not check the outbox table's statistics; claims may be slow on a table just filled");
-        }
+        tracing::info!(table = %self.config.table, "the outbox table's statistics are missing or stale; taking them");
+        sql::analyze::<DB>(&mut conn, &self.config.table)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        Ok(true)
     }
 
     /// Writes `envelopes` to the outbox on `conn`, normally the business transaction, with one

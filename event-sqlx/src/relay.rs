@@ -95,7 +95,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// another. On an error, a batch already claimed is still delivered before the error is
     /// returned, so no lease is left held.
     pub async fn drain(&self) -> Result<BatchReport, Error> {
-        self.outbox.ensure_statistics().await;
+        self.prepare().await;
         let mut total = BatchReport::default();
         let mut batch = self.claim().await?;
         loop {
@@ -128,6 +128,14 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 () = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
             batch = self.claim().await?;
+        }
+    }
+
+    /// Takes the outbox table's statistics when they are missing or stale, so that claims use
+    /// their index on a table just filled; a failure is logged, not fatal.
+    async fn prepare(&self) {
+        if let Err(e) = self.outbox.ensure_statistics().await {
+            tracing::warn!(error = %crate::error::Chain(&e), "could not check the outbox table's statistics; claims may be slow on a table just filled");
         }
     }
 
@@ -329,7 +337,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// the poll interval; the relay does not stop for them. On shutdown the batches in flight are
     /// finished, so no lease is left held.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> BatchReport {
-        self.outbox.ensure_statistics().await;
+        self.prepare().await;
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
         let mut batch = Vec::new();

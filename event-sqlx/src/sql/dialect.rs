@@ -147,10 +147,12 @@ impl Dialect {
         }
     }
 
-    /// A query of one row when `table` has never had its statistics taken, by hand or by the
-    /// server's own background work (PostgreSQL's autovacuum), binding the table's name. Other
-    /// databases keep statistics as rows change, or need none.
-    pub(crate) fn never_analyzed(self) -> Option<&'static str> {
+    /// The start of a query of one row when the statistics of the table (its name bound next)
+    /// are missing or stale: never taken, by hand or by the server's background work
+    /// (PostgreSQL's autovacuum), or taken before most of its rows were written (a bulk load
+    /// that autovacuum has not caught up with). Other databases keep statistics as rows change,
+    /// or need none.
+    pub(crate) fn stale_statistics(self) -> Option<&'static str> {
         match self {
             Dialect::Postgres => {
                 Some("SELECT 1 FROM pg_stat_user_tables WHERE relid = to_regclass(")

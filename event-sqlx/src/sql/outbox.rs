@@ -792,16 +792,19 @@ pub(crate) async fn analyze<DB: Backend>(
     Ok(())
 }
 
-/// Whether `table` has never had statistics taken (see [`Dialect::never_analyzed`]).
-pub(crate) async fn never_analyzed<DB: Backend>(
+/// Whether `table`'s statistics are missing or stale (see [`Dialect::stale_statistics`]): never
+/// taken, or more rows changed since they were taken than 10,000 or half the table.
+pub(crate) async fn stale_statistics<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
 ) -> Result<bool, sqlx::Error> {
-    let Some(query) = DB::DIALECT.never_analyzed() else {
+    let Some(query) = DB::DIALECT.stale_statistics() else {
         return Ok(false);
     };
     let mut q = Sql::<DB>::new(query);
-    q.bind(table.as_str())
-        .push(") AND last_analyze IS NULL AND last_autoanalyze IS NULL");
+    q.bind(table.as_str()).push(
+        ") AND ((last_analyze IS NULL AND last_autoanalyze IS NULL) \
+         OR n_mod_since_analyze > GREATEST(10000, n_live_tup / 2))",
+    );
     Ok(!q.fetch(conn).await?.is_empty())
 }
