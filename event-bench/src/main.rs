@@ -350,13 +350,18 @@ where
         DB::analyze(db.pool()).await?;
         eprintln!("   filling {} published rows, not analyzed", args.published);
         DB::fill_published(db.pool(), 0, args.published).await?;
-        let stale = batch_latency_unsettled(db, "S", 4_000_000).await?;
+        // One claim, cut off after a minute: on stale statistics one can take minutes.
+        let stale = first_batch_within(db, "S", 4_000_000, Duration::from_secs(60)).await?;
         let took = db.outbox.ensure_statistics().await?;
         anyhow::ensure!(took, "a relay's start did not find the statistics stale");
         let relay_start = batch_latency_unsettled(db, "T", 5_000_000).await?;
         DB::analyze(db.pool()).await?;
         let analyzed = batch_latency_unsettled(db, "U", 6_000_000).await?;
-        DB::raw(db.pool(), "ALTER TABLE biz_outbox_event RESET (autovacuum_enabled)").await?;
+        DB::raw(
+            db.pool(),
+            "ALTER TABLE biz_outbox_event RESET (autovacuum_enabled)",
+        )
+        .await?;
         r.stale_statistics_batch_latency_ms = Some(stale);
         r.relay_start_batch_latency_ms = Some(relay_start);
         r.analyzed_batch_latency_ms = Some(analyzed);
@@ -367,6 +372,36 @@ where
         );
     }
     Ok(r)
+}
+
+/// The time of one relay batch of 100 over a fresh backlog, or `limit` if it takes longer (the
+/// batch is then abandoned; its database session is ended).
+async fn first_batch_within<DB: BenchDb>(
+    db: &TestDb<DB>,
+    prefix: &str,
+    offset: usize,
+    limit: Duration,
+) -> anyhow::Result<f64> {
+    let rows = backlog(prefix, 100, offset);
+    DB::raw_insert(db.pool(), &rows, event_now()).await?;
+    let relay = db
+        .outbox
+        .relay(Serializing, RelayConfig::new("first").batch_size(100));
+    let started = Instant::now();
+    match tokio::time::timeout(limit, relay.run_once()).await {
+        Ok(report) => {
+            report?;
+            Ok(started.elapsed().as_secs_f64() * 1000.0)
+        }
+        Err(_) => {
+            DB::raw(
+                db.pool(),
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()",
+            )
+            .await?;
+            Ok(limit.as_secs_f64() * 1000.0)
+        }
+    }
 }
 
 /// [`batch_latency`] without the maintenance after the fill: the statistics stay as they are.

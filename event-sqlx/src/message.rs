@@ -240,11 +240,27 @@ impl<DB: Backend> MessageStore<DB> {
             .map_err(|e| self.db_error(e))
     }
 
+    /// One guarded write. The outcome of handled work (succeeded, failed, cancelled) is tried
+    /// again on fresh connections for up to 30 s when the connection drops, so a message handled
+    /// is not left in progress; each write checks the state it expects, so a try whose commit
+    /// reached the database and whose answer was lost changes nothing the second time. A claim
+    /// is not tried again: a lost claim is someone else's to take.
     async fn write(&self, write: MessageWrite<'_>) -> Result<bool, Error> {
-        let mut conn = self.conn().await?;
-        let affected = sql::write::<DB>(&mut conn, &self.table, write)
-            .await
-            .map_err(|e| self.db_error(e))?;
+        let deadline = (!matches!(write, MessageWrite::Claim { .. }))
+            .then(|| tokio::time::Instant::now() + std::time::Duration::from_secs(30));
+        let (pool, table) = (&self.pool, &self.table);
+        let affected = crate::sql::retry_transient(
+            || {
+                let write = write.clone();
+                async move {
+                    let mut conn = pool.acquire().await?;
+                    sql::write::<DB>(&mut conn, table, write).await
+                }
+            },
+            deadline,
+        )
+        .await
+        .map_err(|e| self.db_error(e))?;
         Ok(affected == 1)
     }
 

@@ -344,6 +344,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         tokio::pin!(shutdown);
         loop {
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.recover_interval) {
+                if last_recovery.is_some() {
+                    // A bulk load while the relay runs makes the statistics stale too.
+                    self.prepare().await;
+                }
                 match self.recover_expired_leases().await {
                     Ok(0) => {}
                     Ok(n) => {

@@ -46,6 +46,18 @@ impl Dialect {
         }
     }
 
+    /// How a claim's UPDATE names the rows its subquery picks: `(open, close)` around the
+    /// subquery. On PostgreSQL `id = ANY(ARRAY(subquery))` runs the subquery once, as an
+    /// InitPlan: written `id IN (subquery)`, a planner whose statistics say the backlog is empty
+    /// (taken before it grew) runs the subquery again for every pending row, and one claim over a
+    /// backlog of thousands takes minutes. SQLite builds `IN (subquery)` once.
+    pub(crate) fn claimed_ids(self) -> (&'static str, &'static str) {
+        match self {
+            Dialect::Postgres => ("id = ANY(ARRAY(", "))"),
+            Dialect::MySql | Dialect::Sqlite => ("id IN (", ")"),
+        }
+    }
+
     /// The guard a claim's UPDATE puts on the status column. On SQLite the unary `+` keeps the
     /// planner from answering it from a status index instead of looking the ids up.
     pub(crate) fn status_guard(self, column: &str) -> String {

@@ -446,13 +446,19 @@ pub(crate) async fn claim<DB: Backend>(
         codes(&[Pending, Failed])
     );
     let mut records = if DB::DIALECT.has_returning() {
-        // One statement: pick and lease the batch, return the rows.
+        // One statement: pick and lease the batch, return the rows. The batch is picked once,
+        // whatever the planner believes of the backlog (see Dialect::claimed_ids).
         let mut q = Sql::<DB>::new("");
         set_claimed(&mut q);
-        q.push(&guard).push("(SELECT o.id");
+        let (open, close) = DB::DIALECT.claimed_ids();
+        q.push(format!(
+            " WHERE {} IN {} AND {open}SELECT o.id",
+            DB::DIALECT.status_guard("publish_status"),
+            codes(&[Pending, Failed])
+        ));
         candidates(&mut q);
         q.push(DB::DIALECT.skip_locked());
-        q.push(format!(") RETURNING {COLUMNS}"));
+        q.push(format!("{close} RETURNING {COLUMNS}"));
         let mut conn = pool.acquire().await?;
         decode_all::<DB>(&q.fetch(&mut conn).await?)?
     } else {
