@@ -104,39 +104,40 @@ async fn seen(
     Ok(())
 }
 
-/// The order view: one consumer, a handler for each of the three order event types.
-fn order_view(
-    pool: &sqlx::SqlitePool,
-    unknown: UnknownEvents,
-) -> Consumer<sqlx::Sqlite, impl event_sqlx::Routes<sqlx::Sqlite> + use<>> {
-    Consumer::new(pool.clone(), "order-view", "1.0.0")
-        .unknown_events(unknown)
-        .on(
-            async |tx: &mut sqlx::SqliteConnection, placed: Delivered<OrderPlaced>| {
-                let what = format!("placed {}", placed.amount_minor);
-                seen(tx, &placed.envelope, &what, None).await
-            },
-        )
-        .on(
-            async |tx: &mut sqlx::SqliteConnection, paid: Delivered<OrderPaid>| {
-                // What the handler would record next is caused by this event.
-                let context = paid.context("order-view");
-                let what = format!("paid {} {}", paid.amount_minor, paid.currency);
-                seen(
-                    tx,
-                    &paid.envelope,
-                    &what,
-                    context.headers().causation_id.clone(),
-                )
-                .await
-            },
-        )
-        .on(
-            async |tx: &mut sqlx::SqliteConnection, note: Delivered<NoteAdded>| {
-                let what = format!("noted {}", note.text);
-                seen(tx, &note.envelope, &what, None).await
-            },
-        )
+/// The order view: one consumer, a handler for each of the three order event types. A macro,
+/// not a function: a function would return the consumer as `impl Routes`, which hides whether
+/// its handlers' futures are `Send`, and a spawned task needs to know.
+macro_rules! order_view {
+    ($pool:expr, $unknown:expr) => {
+        Consumer::new($pool.clone(), "order-view", "1.0.0")
+            .unknown_events($unknown)
+            .on(
+                async |tx: &mut sqlx::SqliteConnection, placed: Delivered<OrderPlaced>| {
+                    let what = format!("placed {}", placed.amount_minor);
+                    seen(tx, &placed.envelope, &what, None).await
+                },
+            )
+            .on(
+                async |tx: &mut sqlx::SqliteConnection, paid: Delivered<OrderPaid>| {
+                    // What the handler would record next is caused by this event.
+                    let context = paid.context("order-view");
+                    let what = format!("paid {} {}", paid.amount_minor, paid.currency);
+                    seen(
+                        tx,
+                        &paid.envelope,
+                        &what,
+                        context.headers().causation_id.clone(),
+                    )
+                    .await
+                },
+            )
+            .on(
+                async |tx: &mut sqlx::SqliteConnection, note: Delivered<NoteAdded>| {
+                    let what = format!("noted {}", note.text);
+                    seen(tx, &note.envelope, &what, None).await
+                },
+            )
+    };
 }
 
 async fn prepare(pool: &sqlx::SqlitePool) {
@@ -213,7 +214,7 @@ async fn one_consumer_takes_three_event_types_from_one_jetstream_stream() {
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
     assert_eq!(relay.drain().await.unwrap().published, ORDERS * 3 + 1);
 
-    let view = order_view(&pool, UnknownEvents::Ignore);
+    let view = order_view!(&pool, UnknownEvents::Ignore);
     assert_eq!(
         view.event_types(),
         vec!["ORDER_PLACED", "ORDER_PAID", "NOTE_ADDED"]
@@ -292,7 +293,7 @@ async fn one_consumer_takes_three_event_types_from_one_rabbitmq_queue() {
     let relay = outbox.relay(publisher, RelayConfig::new("relay"));
     assert_eq!(relay.drain().await.unwrap().published, ORDERS * 3 + 1);
 
-    let view = order_view(&pool, UnknownEvents::Ignore);
+    let view = order_view!(&pool, UnknownEvents::Ignore);
     let report = subscription
         .drain(&view, Duration::from_millis(500))
         .await
@@ -328,5 +329,75 @@ async fn one_consumer_takes_three_event_types_from_one_rabbitmq_queue() {
         )
         .await
         .unwrap();
+    db.cleanup().await;
+}
+
+/// A consumer runs in a background task, as a service runs it, until it is told to stop: the
+/// subscription's future can be spawned, and what it applied is reported on shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_runs_in_a_spawned_task_until_shutdown() {
+    let url = nats_url();
+    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let pool = db.pool().clone();
+    prepare(&pool).await;
+    let topic = unique("shop").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let subscription = JetStreamSubscription::durable(
+        &publisher,
+        &stream,
+        "order-view",
+        &format!("{topic}.>"),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let view = order_view!(&pool, UnknownEvents::Ignore);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        subscription
+            .run(&view, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+
+    let outbox = order_service(&pool, &topic).await;
+    outbox
+        .relay(publisher.clone(), RelayConfig::new("relay"))
+        .drain()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seen")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if seen == (ORDERS * 3) as i64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the running consumer applied {seen}"
+        );
+        // Polling the consumer's task, with the deadline above.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(());
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(
+        (report.applied, report.ignored),
+        (ORDERS * 3, 1),
+        "{report:?}"
+    );
+    assert_every_event_in_order(&pool).await;
+    publisher.jetstream().delete_stream(&stream).await.unwrap();
     db.cleanup().await;
 }

@@ -108,6 +108,10 @@ impl<DB: Backend, R> Consumer<DB, R> {
     /// without one follows [`Consumer::unknown_events`].
     ///
     /// Its errors decide what happens to the event: see [`HandlerError`].
+    ///
+    /// Keep the consumer's concrete type where it is spawned (build it in place, or in a
+    /// macro): returned from a function as `Consumer<DB, impl Routes<DB>>`, it hides whether
+    /// its handlers' futures are `Send`, and `tokio::spawn` refuses it.
     pub fn on<E, H>(self, handler: H) -> Consumer<DB, On<E, H, R>>
     where
         E: event_core::DomainEvent,

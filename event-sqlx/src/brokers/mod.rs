@@ -66,21 +66,3 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
     }
     headers
 }
-
-/// Drains again and again until `shutdown` completes, finishing the drain in hand first.
-#[allow(dead_code)] // used by whichever broker features are on
-pub(crate) async fn run_until(
-    mut drain: impl AsyncFnMut() -> Result<ConsumeReport, crate::error::Error>,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<ConsumeReport, crate::error::Error> {
-    let mut total = ConsumeReport::default();
-    tokio::pin!(shutdown);
-    loop {
-        total.merge(drain().await?);
-        tokio::select! {
-            biased;
-            () = &mut shutdown => return Ok(total),
-            () = std::future::ready(()) => {}
-        }
-    }
-}

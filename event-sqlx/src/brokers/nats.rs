@@ -189,14 +189,21 @@ impl JetStreamSubscription {
         consumer: &Consumer<DB, R>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
-        super::run_until(
-            async || {
+        // A plain loop, not a closure: the future stays Send for any lifetime of `consumer`,
+        // so a subscription runs in a spawned task.
+        let mut total = super::ConsumeReport::default();
+        tokio::pin!(shutdown);
+        loop {
+            total.merge(
                 self.drain(consumer, std::time::Duration::from_millis(500))
-                    .await
-            },
-            shutdown,
-        )
-        .await
+                    .await?,
+            );
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(total),
+                () = std::future::ready(()) => {}
+            }
+        }
     }
 
     /// Processes messages until a fetch waits `idle` without any, and reports what it did.
