@@ -146,6 +146,19 @@ impl TestDb<Sqlite> {
 }
 
 impl<DB: Backend> TestDb<DB> {
+    /// The outbox's rows per status, all of them (created within an hour of now).
+    pub async fn counts(&self) -> event_sqlx::StatusCounts {
+        let now = chrono::Utc::now();
+        self.outbox
+            .status_counts(
+                None,
+                now - chrono::TimeDelta::hours(1),
+                now + chrono::TimeDelta::hours(1),
+            )
+            .await
+            .expect("status counts")
+    }
+
     async fn open(url: String, cleanup: Cleanup, orders_ddl: String) -> TestDb<DB>
     where
         for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,

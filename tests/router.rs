@@ -195,21 +195,28 @@ async fn assert_every_event_in_order(pool: &sqlx::SqlitePool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_consumer_takes_three_event_types_from_one_jetstream_stream() {
+/// A NATS publisher, a fresh SQLite database with the `seen` table, a topic and the stream that
+/// captures it; `None` (the test is skipped) when NATS is unreachable and not required.
+async fn shop_on_jetstream() -> Option<(NatsPublisher, TestDb<sqlx::Sqlite>, String, String)> {
     let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
-        return;
-    };
+    let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
     let db = TestDb::sqlite().await.unwrap();
-    let pool = db.pool().clone();
-    prepare(&pool).await;
+    prepare(db.pool()).await;
     let topic = unique("shop").replace('_', "-");
     let stream = topic.replace('-', "_").to_uppercase();
     publisher
         .ensure_stream(&stream, vec![format!("{topic}.>")])
         .await
         .unwrap();
+    Some((publisher, db, topic, stream))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_consumer_takes_three_event_types_from_one_jetstream_stream() {
+    let Some((publisher, db, topic, stream)) = shop_on_jetstream().await else {
+        return;
+    };
+    let pool = db.pool().clone();
     let outbox = order_service(&pool, &topic).await;
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
     assert_eq!(relay.drain().await.unwrap().published, ORDERS * 3 + 1);
@@ -336,19 +343,10 @@ async fn one_consumer_takes_three_event_types_from_one_rabbitmq_queue() {
 /// subscription's future can be spawned, and what it applied is reported on shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_runs_in_a_spawned_task_until_shutdown() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some((publisher, db, topic, stream)) = shop_on_jetstream().await else {
         return;
     };
-    let db = TestDb::sqlite().await.unwrap();
     let pool = db.pool().clone();
-    prepare(&pool).await;
-    let topic = unique("shop").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
     let subscription = JetStreamSubscription::durable(
         &publisher,
         &stream,

@@ -68,16 +68,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     // Kill it once it has published some events and holds a lease on others.
     let started = Instant::now();
     loop {
-        let now = chrono::Utc::now();
-        let counts = db
-            .outbox
-            .status_counts(
-                None,
-                now - chrono::TimeDelta::hours(1),
-                now + chrono::TimeDelta::hours(1),
-            )
-            .await
-            .unwrap();
+        let counts = db.counts().await;
         if published_ids(&file).len() >= 10 && counts.in_progress > 0 {
             break;
         }
@@ -91,16 +82,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     victim.kill().expect("SIGKILL the relay");
     victim.wait().unwrap();
 
-    let now = chrono::Utc::now();
-    let counts = db
-        .outbox
-        .status_counts(
-            None,
-            now - chrono::TimeDelta::hours(1),
-            now + chrono::TimeDelta::hours(1),
-        )
-        .await
-        .unwrap();
+    let counts = db.counts().await;
     assert!(
         counts.in_progress > 0,
         "the killed relay left its leases behind: {counts:?}"
@@ -142,16 +124,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
         EVENTS,
         "every event was published by one relay or the other"
     );
-    let now = chrono::Utc::now();
-    let counts = db
-        .outbox
-        .status_counts(
-            None,
-            now - chrono::TimeDelta::hours(1),
-            now + chrono::TimeDelta::hours(1),
-        )
-        .await
-        .unwrap();
+    let counts = db.counts().await;
     assert_eq!(counts.succeeded, EVENTS as i64, "{counts:?}");
     let _ = std::fs::remove_file(&file);
 }

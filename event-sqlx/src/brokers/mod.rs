@@ -66,3 +66,45 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
     }
     headers
 }
+
+/// A subscription that can drain: what [`run_until`] loops over.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) trait Drain {
+    /// Processes messages until none arrives for `idle`.
+    #[allow(dead_code)] // used by whichever broker features are on
+    async fn drain_once<DB: crate::sql::dialect::Backend, R: crate::route::Routes<DB>>(
+        &self,
+        consumer: &crate::consumer::Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<ConsumeReport, crate::error::Error>;
+}
+
+/// Drains again and again until `shutdown` completes, finishing the drain in hand first. A
+/// loop over a trait, not a closure, so that its future is `Send` for every lifetime of the
+/// consumer and a subscription can run in a spawned task.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) async fn run_until<S, DB, R>(
+    subscription: &S,
+    consumer: &crate::consumer::Consumer<DB, R>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<ConsumeReport, crate::error::Error>
+where
+    S: Drain,
+    DB: crate::sql::dialect::Backend,
+    R: crate::route::Routes<DB>,
+{
+    let mut total = ConsumeReport::default();
+    tokio::pin!(shutdown);
+    loop {
+        total.merge(
+            subscription
+                .drain_once(consumer, std::time::Duration::from_millis(500))
+                .await?,
+        );
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(total),
+            () = std::future::ready(()) => {}
+        }
+    }
+}

@@ -189,21 +189,7 @@ impl JetStreamSubscription {
         consumer: &Consumer<DB, R>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
-        // A plain loop, not a closure: the future stays Send for any lifetime of `consumer`,
-        // so a subscription runs in a spawned task.
-        let mut total = super::ConsumeReport::default();
-        tokio::pin!(shutdown);
-        loop {
-            total.merge(
-                self.drain(consumer, std::time::Duration::from_millis(500))
-                    .await?,
-            );
-            tokio::select! {
-                biased;
-                () = &mut shutdown => return Ok(total),
-                () = std::future::ready(()) => {}
-            }
-        }
+        super::run_until(self, consumer, shutdown).await
     }
 
     /// Processes messages until a fetch waits `idle` without any, and reports what it did.
@@ -241,5 +227,15 @@ impl JetStreamSubscription {
                 return Ok(report);
             }
         }
+    }
+}
+
+impl super::Drain for JetStreamSubscription {
+    async fn drain_once<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<super::ConsumeReport, Error> {
+        self.drain(consumer, idle).await
     }
 }

@@ -204,21 +204,7 @@ impl RabbitMqSubscription {
         consumer: &Consumer<DB, R>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<super::ConsumeReport, Error> {
-        // A plain loop, not a closure: the future stays Send for any lifetime of `consumer`,
-        // so a subscription runs in a spawned task.
-        let mut total = super::ConsumeReport::default();
-        tokio::pin!(shutdown);
-        loop {
-            total.merge(
-                self.drain(consumer, std::time::Duration::from_millis(500))
-                    .await?,
-            );
-            tokio::select! {
-                biased;
-                () = &mut shutdown => return Ok(total),
-                () = std::future::ready(()) => {}
-            }
-        }
+        super::run_until(self, consumer, shutdown).await
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
@@ -283,5 +269,15 @@ impl RabbitMqSubscription {
             )
             .await;
         result
+    }
+}
+
+impl super::Drain for RabbitMqSubscription {
+    async fn drain_once<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<super::ConsumeReport, Error> {
+        self.drain(consumer, idle).await
     }
 }
