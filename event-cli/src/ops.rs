@@ -44,9 +44,21 @@ pub(crate) async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
 pub(crate) struct RelayArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// Where to publish: `stdout`, or `jsonl:PATH` to append JSON lines to a file.
+    /// Where to publish: `stdout`; `jsonl:PATH` to append JSON lines to a file;
+    /// `nats://HOST:PORT` for NATS JetStream (subject `<topic>.<routing key>`, Nats-Msg-Id = event
+    /// number); `amqp://USER:PASS@HOST:PORT/VHOST` for RabbitMQ (exchange = topic, with
+    /// publisher confirms).
     #[arg(long, default_value = "stdout")]
     publisher: String,
+    /// NATS: create this JetStream stream, capturing --subject, unless it exists.
+    #[arg(long, requires = "subject")]
+    stream: Option<String>,
+    /// NATS: a subject the --stream captures, e.g. `order.event.>` (repeat for more).
+    #[arg(long)]
+    subject: Vec<String>,
+    /// RabbitMQ: declare this durable topic exchange unless it exists (repeat for more).
+    #[arg(long)]
+    exchange: Vec<String>,
     /// This relay's id, the `locked_by` of its leases. Unique per running relay.
     #[arg(long)]
     instance_id: Option<String>,
@@ -100,15 +112,49 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
     if args.unordered {
         config = config.unordered();
     }
-    let publisher = match args.publisher.as_str() {
+    let target = args.publisher.as_str();
+    if target.starts_with("nats://") || target.starts_with("tls://") {
+        let publisher = event_sqlx::NatsPublisher::connect(target).await?;
+        if let Some(stream) = &args.stream {
+            publisher
+                .ensure_stream(stream, args.subject.clone())
+                .await?;
+        }
+        return relay_to(outbox, args, config, publisher, &instance).await;
+    }
+    if target.starts_with("amqp://") || target.starts_with("amqps://") {
+        let publisher = event_sqlx::RabbitMqPublisher::connect(target).await?;
+        for exchange in &args.exchange {
+            publisher.declare_exchange(exchange).await?;
+        }
+        return relay_to(outbox, args, config, publisher, &instance).await;
+    }
+    if args.stream.is_some() || !args.exchange.is_empty() {
+        anyhow::bail!("--stream and --exchange go with a nats:// or amqp:// --publisher");
+    }
+    let publisher = match target {
         "stdout" => JsonLinesPublisher::stdout(),
         other => match other.strip_prefix("jsonl:") {
             Some(path) => JsonLinesPublisher::append_to(path)
                 .await
                 .with_context(|| format!("cannot open {path} for appending"))?,
-            None => anyhow::bail!("unknown publisher `{other}`: use `stdout` or `jsonl:PATH`"),
+            None => anyhow::bail!(
+                "unknown publisher `{other}`: use stdout, jsonl:PATH, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST"
+            ),
         },
     };
+    relay_to(outbox, args, config, publisher, &instance).await
+}
+
+/// Runs the relay with `publisher` until stopped, or with --until-idle until nothing is left.
+async fn relay_to<DB: Backend, P: event_sqlx::Publisher>(
+    outbox: Outbox<DB>,
+    args: &RelayArgs,
+    config: RelayConfig,
+    publisher: P,
+    instance: &str,
+) -> anyhow::Result<ExitCode> {
+    let instance = instance.to_owned();
     let relay = outbox.relay(publisher, config);
     eprintln!(
         "relay {instance}: publishing from {}",
@@ -122,7 +168,23 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
                 humantime::format_duration(args.recovery_delay)
             );
         }
-        drain_through_outages(&relay, &instance, args.max_wait).await?
+        let mut total = drain_through_outages(&relay, &instance, args.max_wait).await?;
+        // Leases that expired while it drained (the drain waits out other relays' live leases:
+        // one that died leaves them): recover them, and publish them too when due at once.
+        loop {
+            let recovered = relay.recover_expired_leases().await?;
+            if recovered == 0 {
+                break;
+            }
+            eprintln!(
+                "relay {instance}: recovered {recovered} more events whose lease had expired"
+            );
+            if !args.recovery_delay.is_zero() {
+                break;
+            }
+            total += drain_through_outages(&relay, &instance, args.max_wait).await?;
+        }
+        total
     } else {
         relay.run(shutdown_signal()).await
     };
