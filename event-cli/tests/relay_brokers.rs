@@ -61,20 +61,22 @@ async fn start_and_kill(
     args.extend_from_slice(extra);
     let mut victim = relay(db, publisher, &args).spawn().unwrap();
     let started = Instant::now();
-    loop {
+    let seen = loop {
         let seen = published().await;
         if seen >= 10 && db.counts().await.in_progress > 0 {
-            victim.kill().unwrap();
-            victim.wait().unwrap();
-            return seen;
+            break seen;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the relay never got going"
-        );
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = victim.kill();
+            let _ = victim.wait();
+            panic!("the relay never got going");
+        }
         // Polling the other process, with the deadline above.
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    seen
 }
 
 /// A second relay drains what is left: it waits out the victim's leases, recovers them and
