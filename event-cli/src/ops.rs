@@ -271,6 +271,24 @@ pub(crate) enum OutboxCommand {
         #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=87_600))]
         hours: i64,
     },
+    /// For cron jobs and probes: exit 0 when every threshold holds, 1 when one is crossed (one
+    /// line per threshold either way), 2 when the database cannot be read.
+    Check {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Crossed when the oldest pending event has waited longer than this (e.g. 5m).
+        #[arg(long, value_parser = crate::args::duration)]
+        max_oldest_pending: Option<Duration>,
+        /// Crossed when more events than this are pending.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        max_pending: Option<i64>,
+        /// Crossed when more events than this are failed.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        max_failed: Option<i64>,
+        /// Crossed when more events than this are held by leases that expired.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        max_stuck: Option<i64>,
+    },
     /// Pending events, oldest first.
     Pending {
         #[command(flatten)]
@@ -352,6 +370,7 @@ impl OutboxCommand {
     fn db(&self) -> &DbArgs {
         match self {
             OutboxCommand::Status { db, .. }
+            | OutboxCommand::Check { db, .. }
             | OutboxCommand::Pending { db, .. }
             | OutboxCommand::Failed { db, .. }
             | OutboxCommand::Stuck { db, .. }
@@ -414,6 +433,62 @@ async fn run_outbox<DB: Backend>(
                 println!("expired leases: {stuck}");
                 print_leases(&leases);
             }
+        }
+        OutboxCommand::Check {
+            max_oldest_pending,
+            max_pending,
+            max_failed,
+            max_stuck,
+            ..
+        } => {
+            let health = outbox.health().await?;
+            let oldest = health.oldest_pending_seconds.unwrap_or(0);
+            let limit_secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let checks: Vec<(&str, i64, i64, String)> = [
+                max_oldest_pending.map(|limit| {
+                    (
+                        "oldest pending age (s)",
+                        oldest,
+                        limit_secs(limit),
+                        humantime::format_duration(limit).to_string(),
+                    )
+                }),
+                max_pending.map(|l| ("pending", health.pending, l, l.to_string())),
+                max_failed.map(|l| ("failed", health.failed, l, l.to_string())),
+                max_stuck.map(|l| ("expired leases", health.expired_leases, l, l.to_string())),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if checks.is_empty() {
+                anyhow::bail!(
+                    "nothing to check: give at least one of --max-oldest-pending, --max-pending, --max-failed, --max-stuck"
+                );
+            }
+            let healthy = checks.iter().all(|(_, value, limit, _)| value <= limit);
+            if json {
+                let list: Vec<serde_json::Value> = checks
+                    .iter()
+                    .map(|(name, value, limit, _)| {
+                        serde_json::json!({ "check": name, "value": value, "limit": limit, "ok": value <= limit })
+                    })
+                    .collect();
+                output::json(&serde_json::json!({
+                    "healthy": healthy,
+                    "health": health,
+                    "checks": list,
+                }))?;
+            } else {
+                for (name, value, limit, shown) in &checks {
+                    let verdict = if value <= limit { "ok  " } else { "FAIL" };
+                    println!("{verdict} {name}: {value} (at most {shown})");
+                }
+            }
+            return Ok(if healthy {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
         }
         OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,
         OutboxCommand::Failed {

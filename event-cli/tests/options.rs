@@ -66,6 +66,9 @@ fn no_option_value_makes_eventctl_panic() {
         runs.push(with(&["outbox", "failed"], "--limit", value));
         runs.push(with(&["outbox", "failed"], "--min-retries", value));
         runs.push(with(&["outbox", "stuck"], "--limit", value));
+        for option in ["--max-pending", "--max-failed", "--max-stuck"] {
+            runs.push(with(&["outbox", "check"], option, value));
+        }
         for option in ["--batch-size", "--lease-secs", "--max-rate"] {
             runs.push(with(&["relay", "--until-idle"], option, value));
         }
@@ -80,6 +83,7 @@ fn no_option_value_makes_eventctl_panic() {
         for option in ["--recovery-delay", "--recovery-interval", "--max-wait"] {
             runs.push(with(&["relay", "--until-idle"], option, value));
         }
+        runs.push(with(&["outbox", "check"], "--max-oldest-pending", value));
         for option in ["--connect-timeout", "--statement-timeout"] {
             runs.push(with(&["outbox", "status"], option, value));
         }

@@ -39,7 +39,7 @@ pub use config::backoff::{Backoff, due_after};
 pub use config::outbox::{OutboxConfig, Route};
 pub use config::relay::RelayConfig;
 pub use row::message::{MessageEvent, MessageRecord};
-pub use row::outbox::{FlushReport, Lease, OutboxRecord, StatusCounts};
+pub use row::outbox::{FlushReport, Lease, OutboxHealth, OutboxRecord, StatusCounts};
 pub use row::quarantine::{QuarantineFilter, QuarantineRecord};
 
 pub use sql::dialect::{Backend, Dialect};

@@ -13,7 +13,9 @@ use crate::clock::{self, Clock};
 use crate::config::outbox::OutboxConfig;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, Publisher};
-use crate::row::outbox::{FlushReport, Lease, NewOutboxRow, OutboxRecord, StatusCounts};
+use crate::row::outbox::{
+    FlushReport, Lease, NewOutboxRow, OutboxHealth, OutboxRecord, StatusCounts,
+};
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
 
@@ -324,6 +326,23 @@ impl<DB: Backend> Outbox<DB> {
             counts.add(status, count);
         }
         Ok(counts)
+    }
+
+    /// What a probe or an alert reads: pending, failed and expired-lease counts, and the age of
+    /// the oldest pending event. Each count is answered from a status index, not a scan.
+    pub async fn health(&self) -> Result<OutboxHealth, Error> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let (pending, failed, expired_leases, oldest) =
+            sql::health::<DB>(&mut conn, &self.config.table, now)
+                .await
+                .map_err(|e| self.db_error(e))?;
+        Ok(OutboxHealth {
+            pending,
+            failed,
+            expired_leases,
+            oldest_pending_seconds: oldest.map(|at| (now - at).num_seconds().max(0)),
+        })
     }
 
     /// The events each relay holds under lease (in progress), with when the leases expire: a

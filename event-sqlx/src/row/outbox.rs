@@ -130,6 +130,22 @@ pub(crate) struct NewOutboxRow {
     pub(crate) create_time: DateTime<Utc>,
 }
 
+/// What an operator's probe reads of the outbox: see [`Outbox::health`].
+///
+/// [`Outbox::health`]: crate::Outbox::health
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxHealth {
+    /// Events waiting to be published.
+    pub pending: i64,
+    /// Events whose last publish failed (due again later, or out of retries).
+    pub failed: i64,
+    /// Events in progress whose relay's lease expired: their relay died or stalled.
+    pub expired_leases: i64,
+    /// How long the oldest pending event has waited, in seconds.
+    pub oldest_pending_seconds: Option<i64>,
+}
+
 /// The events one relay holds under lease (in progress, `locked_by` = the relay).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

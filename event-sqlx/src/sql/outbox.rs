@@ -814,3 +814,39 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     );
     Ok(!q.fetch(conn).await?.is_empty())
 }
+
+/// The rows the health of the outbox is read from: pending, failed and expired-lease counts, each
+/// answered from the status indexes, and the oldest pending row's creation time.
+pub(crate) async fn health<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    now: DateTime<Utc>,
+) -> Result<(i64, i64, i64, Option<DateTime<Utc>>), sqlx::Error> {
+    let mut counts = [0_i64; 2];
+    for (slot, status) in [(0, PENDING), (1, FAILED)] {
+        let q = Sql::<DB>::new(format!(
+            "SELECT COUNT(*) AS n FROM {table} WHERE publish_status = {status} AND deleted = 0"
+        ));
+        if let Some(row) = q.fetch(conn).await?.first() {
+            counts[slot] = Columns::<DB>(row).i64("n")?;
+        }
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT COUNT(*) AS n FROM {table} WHERE publish_status = {IN_PROGRESS} AND deleted = 0 \
+         AND lock_until <= "
+    ));
+    q.bind(now);
+    let expired = match q.fetch(conn).await?.first() {
+        Some(row) => Columns::<DB>(row).i64("n")?,
+        None => 0,
+    };
+    let q = Sql::<DB>::new(format!(
+        "SELECT MIN(create_time) AS oldest FROM {table} WHERE publish_status = {PENDING} \
+         AND deleted = 0"
+    ));
+    let oldest = match q.fetch(conn).await?.first() {
+        Some(row) => Columns::<DB>(row).opt_time("oldest")?,
+        None => None,
+    };
+    Ok((counts[0], counts[1], expired, oldest))
+}
