@@ -234,6 +234,12 @@ pub trait Orders: Backend {
     /// How many orders exist.
     fn count_orders(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<i64>> + Send + '_;
 
+    /// The number a `SELECT COUNT(*) ...` answers.
+    fn count<'a>(
+        pool: &'a Pool<Self>,
+        query: &'static str,
+    ) -> impl Future<Output = sqlx::Result<i64>> + Send + 'a;
+
     /// The status an order has, if it exists.
     fn order_status<'a>(
         pool: &'a Pool<Self>,
@@ -269,6 +275,13 @@ macro_rules! impl_orders {
                         .fetch_one(pool)
                         .await
                 }
+            }
+
+            fn count<'a>(
+                pool: &'a Pool<Self>,
+                query: &'static str,
+            ) -> impl Future<Output = sqlx::Result<i64>> + Send + 'a {
+                async move { sqlx::query_scalar::<_, i64>(query).fetch_one(pool).await }
             }
 
             fn order_status<'a>(

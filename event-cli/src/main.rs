@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 a check found a problem, 2 bad input or a tool error.
 
+mod archive;
 mod args;
 mod db;
 mod demo;
@@ -33,6 +34,12 @@ enum Command {
     /// Inspect and repair the outbox.
     #[command(subcommand)]
     Outbox(ops::OutboxCommand),
+    /// The message event table (biz_message_event).
+    #[command(subcommand)]
+    Messages(ops::MessagesCommand),
+    /// The archive tables.
+    #[command(subcommand)]
+    Archive(ops::ArchiveCommand),
     /// Event schemas.
     #[command(subcommand)]
     Schema(SchemaCommand),
@@ -106,6 +113,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(db) => ops::migrate(&db).await,
         Command::Relay(args) => ops::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
+        Command::Messages(command) => ops::messages(command).await,
+        Command::Archive(command) => ops::archive(command).await,
         Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
         Command::Schema(SchemaCommand::Check(args)) => schema::check(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {

@@ -289,6 +289,9 @@ pub(crate) enum OutboxCommand {
         #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         max_stuck: Option<i64>,
     },
+    /// Move published and cancelled events older than a retention to biz_outbox_event_archive,
+    /// in batches, beside live relays.
+    Archive(crate::archive::ArchiveArgs),
     /// Pending events, oldest first.
     Pending {
         #[command(flatten)]
@@ -379,6 +382,7 @@ impl OutboxCommand {
             | OutboxCommand::Retry { db, .. }
             | OutboxCommand::Cancel { db, .. }
             | OutboxCommand::Skip { db, .. } => db,
+            OutboxCommand::Archive(args) => &args.db,
         }
     }
 }
@@ -490,6 +494,7 @@ async fn run_outbox<DB: Backend>(
                 ExitCode::from(1)
             });
         }
+        OutboxCommand::Archive(args) => return crate::archive::outbox(outbox, &args).await,
         OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,
         OutboxCommand::Failed {
             topic,
@@ -669,4 +674,34 @@ fn print_records(records: &[OutboxRecord], json: bool) -> anyhow::Result<()> {
     );
     println!("({} events)", records.len());
     Ok(())
+}
+
+/// `eventctl messages ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MessagesCommand {
+    /// Move succeeded and cancelled messages older than a retention to biz_message_event_archive,
+    /// in batches, beside live workers.
+    Archive(crate::archive::ArchiveArgs),
+}
+
+pub(crate) async fn messages(command: MessagesCommand) -> anyhow::Result<ExitCode> {
+    let MessagesCommand::Archive(args) = command;
+    let db = args.db.clone();
+    with_outbox!(&db, |outbox| {
+        let store = event_sqlx::MessageStore::new(outbox.pool().clone());
+        crate::archive::messages(&store, &args).await
+    })
+}
+
+/// `eventctl archive ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ArchiveCommand {
+    /// Delete archived outbox and message rows older than a retention, in batches.
+    Purge(crate::archive::PurgeArgs),
+}
+
+pub(crate) async fn archive(command: ArchiveCommand) -> anyhow::Result<ExitCode> {
+    let ArchiveCommand::Purge(args) = command;
+    let db = args.db.clone();
+    with_outbox!(&db, |outbox| crate::archive::purge(&outbox, &args).await)
 }

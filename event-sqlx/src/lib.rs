@@ -3,7 +3,7 @@
 // The layers, each importing only from those below it:
 //   L5  brokers                                   NATS JetStream, RabbitMQ
 //   L4  relay, worker, consumer, route            loops that claim, publish, handle
-//   L3  outbox, message, inbox, publisher         one store per table family; where events go
+//   L3  outbox, message, inbox, publisher, archive one store per table family; where events go
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
 //   L1  row, config                               rows as Rust values; settings
 //   L0  status, table, clock, error               states, names, time, the error type
@@ -18,6 +18,7 @@ mod row;
 
 mod sql;
 
+mod archive;
 mod inbox;
 mod message;
 mod outbox;
@@ -44,6 +45,7 @@ pub use row::quarantine::{QuarantineFilter, QuarantineRecord};
 
 pub use sql::dialect::{Backend, Dialect};
 
+pub use archive::ArchiveReport;
 pub use inbox::{Handled, Inbox, InboxError};
 pub use message::MessageStore;
 pub use outbox::{Commit, Outbox, Republish, RepublishReport};

@@ -20,6 +20,7 @@ use crate::table::TableName;
 pub struct MessageStore<DB: Backend> {
     pool: Pool<DB>,
     table: TableName,
+    archive: TableName,
     max_retry_count: i32,
     clock: SharedClock,
 }
@@ -30,6 +31,7 @@ impl<DB: Backend> MessageStore<DB> {
         MessageStore {
             pool,
             table: TableName::new("biz_message_event").unwrap_or_else(|_| unreachable!()),
+            archive: TableName::new("biz_message_event_archive").unwrap_or_else(|_| unreachable!()),
             max_retry_count: 3,
             clock: clock::system(),
         }
@@ -55,6 +57,51 @@ impl<DB: Backend> MessageStore<DB> {
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;
         self
+    }
+
+    /// Archives to another table with the same columns.
+    pub fn archive_table(mut self, table: TableName) -> Self {
+        self.archive = table;
+        self
+    }
+
+    /// How many succeeded or cancelled messages last updated more than `older_than` ago a
+    /// [`MessageStore::archive`] would move now.
+    pub async fn archivable(&self, older_than: std::time::Duration) -> Result<u64, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::archivable(&self.pool, self.archived(), cutoff).await
+    }
+
+    /// Moves succeeded and cancelled messages last updated more than `older_than` ago to the
+    /// archive table (`biz_message_event_archive`), `batch` per transaction, as
+    /// [`Outbox::archive`](crate::Outbox::archive) does for the outbox.
+    pub async fn archive(
+        &self,
+        older_than: std::time::Duration,
+        batch: u32,
+        progress: impl FnMut(u64),
+    ) -> Result<crate::archive::ArchiveReport, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::run(&self.pool, self.archived(), cutoff, batch, progress).await
+    }
+
+    /// Deletes archived messages last updated more than `older_than` ago; returns how many.
+    pub async fn purge_archive(
+        &self,
+        older_than: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::purge(&self.pool, &self.archive, cutoff, batch).await
+    }
+
+    fn archived(&self) -> crate::sql::archive::Archived<'_> {
+        crate::sql::archive::Archived {
+            live: &self.table,
+            archive: &self.archive,
+            columns: sql::COLUMNS,
+            status_column: "event_status",
+        }
     }
 
     /// The `max_retry_count` written with each new message.
@@ -274,6 +321,7 @@ impl<DB: Backend> Clone for MessageStore<DB> {
         MessageStore {
             pool: self.pool.clone(),
             table: self.table.clone(),
+            archive: self.archive.clone(),
             max_retry_count: self.max_retry_count,
             clock: Arc::clone(&self.clock),
         }

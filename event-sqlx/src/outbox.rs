@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use event_core::{EventEnvelope, EventNo, UnitOfWork};
@@ -248,10 +249,21 @@ impl<DB: Backend> Outbox<DB> {
         aggregate_type: &str,
         aggregate_id: &str,
     ) -> Result<u64, Error> {
-        let version =
+        let mut version =
             sql::aggregate_version::<DB>(conn, &self.config.table, aggregate_type, aggregate_id)
                 .await
                 .map_err(|e| self.db_error(e))?;
+        if version == 0 {
+            // Every event of it may have been archived.
+            version = sql::aggregate_version::<DB>(
+                conn,
+                &self.config.archive_table,
+                aggregate_type,
+                aggregate_id,
+            )
+            .await
+            .map_err(|e| Error::database(&self.config.archive_table, e))?;
+        }
         Ok(u64::try_from(version).unwrap_or(0))
     }
 
@@ -352,6 +364,48 @@ impl<DB: Backend> Outbox<DB> {
         sql::leases::<DB>(&mut conn, &self.config.table)
             .await
             .map_err(|e| self.db_error(e))
+    }
+
+    /// How many published or cancelled events last updated more than `older_than` ago an
+    /// [`Outbox::archive`] would move now.
+    pub async fn archivable(&self, older_than: Duration) -> Result<u64, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::archivable(&self.pool, self.archived(), cutoff).await
+    }
+
+    /// Moves published and cancelled events last updated more than `older_than` ago to the
+    /// archive table (`biz_outbox_event_archive`), `batch` per transaction: each copies the rows,
+    /// then deletes the same ids. Pending, in-progress, failed and leased events are never
+    /// touched, so it runs beside live relays; a run that dies leaves every row in exactly one of
+    /// the two tables, and running it again finishes the work. `progress` gets the rows moved so
+    /// far after each batch.
+    ///
+    /// An archived event is not a duplicate any more for a command retried later: keep the
+    /// retention longer than any retry or replay window.
+    pub async fn archive(
+        &self,
+        older_than: Duration,
+        batch: u32,
+        progress: impl FnMut(u64),
+    ) -> Result<crate::archive::ArchiveReport, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::run(&self.pool, self.archived(), cutoff, batch, progress).await
+    }
+
+    /// Deletes archived events last updated more than `older_than` ago, `batch` at a time;
+    /// returns how many.
+    pub async fn purge_archive(&self, older_than: Duration, batch: u32) -> Result<u64, Error> {
+        let cutoff = clock::before(self.now(), older_than);
+        crate::archive::purge(&self.pool, &self.config.archive_table, cutoff, batch).await
+    }
+
+    fn archived(&self) -> crate::sql::archive::Archived<'_> {
+        crate::sql::archive::Archived {
+            live: &self.config.table,
+            archive: &self.config.archive_table,
+            columns: sql::COLUMNS,
+            status_column: "publish_status",
+        }
     }
 
     /// Failed events of one topic, most recently updated first.

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("message", 3),
     ("inbox", 3),
     ("publisher", 3),
+    ("archive", 3),
     ("relay", 4),
     ("worker", 4),
     ("consumer", 4),

@@ -33,6 +33,7 @@ impl Route {
 #[derive(Debug, Clone)]
 pub struct OutboxConfig {
     pub(crate) table: TableName,
+    pub(crate) archive_table: TableName,
     pub(crate) max_payload_bytes: usize,
     pub(crate) max_retry_count: i32,
     pub(crate) routes: HashMap<String, Route>,
@@ -45,6 +46,8 @@ impl Default for OutboxConfig {
     fn default() -> Self {
         OutboxConfig {
             table: TableName::new("biz_outbox_event").unwrap_or_else(|_| unreachable!()),
+            archive_table: TableName::new("biz_outbox_event_archive")
+                .unwrap_or_else(|_| unreachable!()),
             max_payload_bytes: 256 * 1024,
             max_retry_count: 5,
             routes: HashMap::new(),
@@ -64,6 +67,12 @@ impl OutboxConfig {
     /// Uses another table, with the same columns as the migrations create.
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;
+        self
+    }
+
+    /// Archives to another table, with the same columns as the migrations create.
+    pub fn archive_table(mut self, table: TableName) -> Self {
+        self.archive_table = table;
         self
     }
 

@@ -58,6 +58,16 @@ impl Dialect {
         }
     }
 
+    /// How to begin a transaction that reads, then writes: SQLite takes the write lock at once
+    /// (`BEGIN IMMEDIATE`), since a read transaction that later writes while another writer
+    /// committed fails as `database is locked` instead of waiting.
+    pub(crate) fn begin_writing(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => Some("BEGIN IMMEDIATE"),
+            Dialect::Postgres | Dialect::MySql => None,
+        }
+    }
+
     /// The guard a claim's UPDATE puts on the status column. On SQLite the unary `+` keeps the
     /// planner from answering it from a status index instead of looking the ids up.
     pub(crate) fn status_guard(self, column: &str) -> String {

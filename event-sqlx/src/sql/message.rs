@@ -9,7 +9,7 @@ use crate::status::EventStatus::{self, Failed, Pending};
 use crate::table::TableName;
 
 /// Every column of `biz_message_event`, in decode order.
-const COLUMNS: &str = "id, event_no, event_type, biz_type, biz_id, \
+pub(crate) const COLUMNS: &str = "id, event_no, event_type, biz_type, biz_id, \
     event_source, event_payload, event_status, retry_count, max_retry_count, next_retry_time, \
     last_handle_time, success_time, fail_reason, trace_id, remark, version, create_time, update_time";
 

@@ -4,6 +4,7 @@
 //! Only validated table names and fixed fragments are placed in SQL text (status codes are
 //! formatted from [`EventStatus`], never written as numbers); every value is a bind parameter.
 
+pub(crate) mod archive;
 pub(crate) mod dialect;
 pub(crate) mod inbox;
 pub(crate) mod message;

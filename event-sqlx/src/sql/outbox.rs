@@ -11,7 +11,7 @@ use crate::status::EventStatus::{self, Failed, InProgress, Pending};
 use crate::table::TableName;
 
 /// Every column, in the order rows are decoded.
-const COLUMNS: &str = "id, event_no, aggregate_type, aggregate_id, aggregate_sequence, \
+pub(crate) const COLUMNS: &str = "id, event_no, aggregate_type, aggregate_id, aggregate_sequence, \
     event_type, event_version, event_source, publish_channel, topic, routing_key, event_payload, \
     event_headers, publish_status, retry_count, max_retry_count, next_retry_time, locked_by, \
     lock_until, last_publish_time, published_time, fail_reason, trace_id, remark, version, \

@@ -1,0 +1,107 @@
+//! Archive and retention (seed 000: 归档后再清理, archive first, then delete): final rows older than
+//! a retention move, batch by batch, from a seed table to its archive table, so that the online
+//! tables stay small; the archive is purged after a longer retention.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
+
+use crate::error::Error;
+use crate::sql::archive::{self as sql, Archived};
+use crate::sql::dialect::Backend;
+use crate::sql::retry_transient;
+
+/// What an archive run did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveReport {
+    /// The live table.
+    pub table: String,
+    /// The archive table.
+    pub archive: String,
+    /// Rows moved to the archive.
+    pub moved: u64,
+    /// Transactions, one per batch.
+    pub batches: u64,
+    /// Rows last updated before this were moved.
+    pub cutoff: DateTime<Utc>,
+}
+
+/// Moves every final row older than `cutoff`, `batch` rows per transaction, calling `progress`
+/// with the rows moved so far after each batch. A batch whose connection drops is tried again
+/// on a fresh one for up to 30 s: it committed whole or not at all.
+pub(crate) async fn run<DB: Backend>(
+    pool: &Pool<DB>,
+    table: Archived<'_>,
+    cutoff: DateTime<Utc>,
+    batch: u32,
+    mut progress: impl FnMut(u64),
+) -> Result<ArchiveReport, Error> {
+    let limit = i64::from(batch.clamp(1, 10_000));
+    let mut report = ArchiveReport {
+        table: table.live.to_string(),
+        archive: table.archive.to_string(),
+        moved: 0,
+        batches: 0,
+        cutoff,
+    };
+    loop {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let (picked, moved) = retry_transient(
+            || sql::archive_batch::<DB>(pool, &table, cutoff, limit),
+            Some(deadline),
+        )
+        .await
+        .map_err(|e| Error::database(table.live, e))?;
+        if picked == 0 {
+            return Ok(report);
+        }
+        report.moved += moved;
+        report.batches += 1;
+        progress(report.moved);
+        if i64::try_from(picked).unwrap_or(i64::MAX) < limit {
+            return Ok(report);
+        }
+    }
+}
+
+/// How many rows an archive run at `cutoff` would move.
+pub(crate) async fn archivable<DB: Backend>(
+    pool: &Pool<DB>,
+    table: Archived<'_>,
+    cutoff: DateTime<Utc>,
+) -> Result<u64, Error> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| Error::database(table.live, e))?;
+    let count = sql::archivable::<DB>(&mut conn, &table, cutoff)
+        .await
+        .map_err(|e| Error::database(table.live, e))?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// Deletes archived rows last updated before `cutoff`, `batch` at a time; returns how many.
+pub(crate) async fn purge<DB: Backend>(
+    pool: &Pool<DB>,
+    archive: &crate::table::TableName,
+    cutoff: DateTime<Utc>,
+    batch: u32,
+) -> Result<u64, Error> {
+    let limit = batch.clamp(1, 10_000);
+    let mut total = 0;
+    loop {
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| Error::database(archive, e))?;
+        let deleted = sql::purge_batch::<DB>(&mut conn, archive, cutoff, i64::from(limit))
+            .await
+            .map_err(|e| Error::database(archive, e))?;
+        total += deleted;
+        if deleted < u64::from(limit) {
+            return Ok(total);
+        }
+    }
+}
