@@ -52,6 +52,10 @@ struct Args {
     /// Instead of the outbox: send this many events end to end through each broker.
     #[arg(long)]
     delivery: Option<usize>,
+    /// Instead of the outbox: archive `--published` rows, against the raw INSERT rate, and a
+    /// relay's drain with and without the archiver running (benches/results/archive.json).
+    #[arg(long)]
+    archive: bool,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -115,6 +119,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(events) = args.delivery {
         return delivery::run(events).await;
+    }
+    if args.archive {
+        return archive_bench(&args).await;
     }
     let mut results = Vec::new();
     let all = args.backend == "all";
@@ -472,6 +479,116 @@ fn backlog(prefix: &str, count: usize, offset: usize) -> Vec<RawRow> {
 fn event_now() -> chrono::DateTime<Utc> {
     let now = Utc::now();
     chrono::DurationRound::duration_trunc(now, chrono::TimeDelta::microseconds(1)).unwrap_or(now)
+}
+
+/// Archiving, per backend: the rate of moving `--published` final rows to the archive against
+/// the raw multi-row INSERT rate of rows of the same shape, and a relay's drain rate while the
+/// archiver runs against its rate alone, all measured in one run on one fresh database.
+async fn archive_bench(args: &Args) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    let all = args.backend == "all";
+    if all || args.backend == "sqlite" {
+        let db = TestDb::sqlite().await.context("SQLite")?;
+        results.push(archive_one("sqlite", &db, args).await?);
+        db.cleanup().await;
+    }
+    if all || args.backend == "postgres" {
+        let db = TestDb::postgres()
+            .await
+            .context("PostgreSQL is unreachable")?;
+        results.push(archive_one("postgres", &db, args).await?);
+        db.cleanup().await;
+    }
+    if all || args.backend == "mysql" {
+        let db = TestDb::mysql()
+            .await
+            .context("MariaDB/MySQL is unreachable")?;
+        results.push(archive_one("mysql", &db, args).await?);
+        db.cleanup().await;
+    }
+    let report = serde_json::json!({
+        "machine": machine(),
+        "measuredAt": Utc::now(),
+        "publishedRows": args.published,
+        "results": results,
+    });
+    std::fs::create_dir_all("benches/results")?;
+    std::fs::write(
+        "benches/results/archive.json",
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+async fn archive_one<DB: BenchDb>(
+    name: &str,
+    db: &TestDb<DB>,
+    args: &Args,
+) -> anyhow::Result<serde_json::Value>
+where
+    event_sqlx::Relay<DB, Serializing>: Send,
+{
+    eprintln!("== {name}: archive");
+    let rows = usize::try_from(args.published).unwrap_or(1_000_000);
+    // The raw multi-row INSERT of rows of the same shape: the baseline.
+    let raw = backlog("R", rows.min(200_000), 0);
+    let started = Instant::now();
+    for chunk in raw.chunks(5000) {
+        DB::raw_insert(db.pool(), chunk, event_now()).await?;
+    }
+    let raw_rate = raw.len() as f64 / started.elapsed().as_secs_f64();
+    DB::truncate(db.pool()).await?;
+
+    // Archiving alone.
+    DB::fill_published(db.pool(), 0, args.published).await?;
+    DB::settle(db.pool()).await?;
+    let started = Instant::now();
+    let report = db.outbox.archive(Duration::ZERO, 1000, |_| {}).await?;
+    let archive_secs = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        report.moved == rows as u64,
+        "archived {} of {rows}",
+        report.moved
+    );
+    let archive_rate = report.moved as f64 / archive_secs;
+    eprintln!("   raw insert {raw_rate:.0}/s, archive {archive_rate:.0}/s");
+
+    // A relay's drain alone, then while the archiver moves another full history.
+    DB::fill_published(db.pool(), 1_000_000_000, args.published).await?;
+    DB::settle(db.pool()).await?;
+    let drain = async |prefix: &str, offset: usize| -> anyhow::Result<f64> {
+        let pending = backlog(prefix, 50_000, offset);
+        for chunk in pending.chunks(5000) {
+            DB::raw_insert(db.pool(), chunk, event_now()).await?;
+        }
+        let relay = db.outbox.relay(
+            Serializing,
+            RelayConfig::new("drain").batch_size(args.batch),
+        );
+        let started = Instant::now();
+        let published = relay.drain().await?.published;
+        anyhow::ensure!(published == pending.len(), "drained {published}");
+        Ok(published as f64 / started.elapsed().as_secs_f64())
+    };
+    let alone = drain("A", 10_000_000).await?;
+    let archiver = {
+        let outbox = db.outbox.clone();
+        tokio::spawn(async move { outbox.archive(Duration::ZERO, 1000, |_| {}).await })
+    };
+    let beside = drain("B", 20_000_000).await?;
+    let archived_beside = archiver.await??.moved;
+    eprintln!("   drain alone {alone:.0}/s, beside the archiver {beside:.0}/s");
+    Ok(serde_json::json!({
+        "backend": name,
+        "rawInsertRowsPerSecond": raw_rate,
+        "archiveRowsPerSecond": archive_rate,
+        "archiveVsRawInsert": archive_rate / raw_rate,
+        "drainAlonePerSecond": alone,
+        "drainBesideArchiverPerSecond": beside,
+        "drainBesideVsAlone": beside / alone,
+        "archivedBesideTheDrain": archived_beside,
+    }))
 }
 
 /// How the checker's time grows with the input: enums of 10k to 200k values (one value

@@ -58,17 +58,27 @@ pub(crate) async fn archive_batch<DB: Backend>(
         Some(begin) => pool.begin_with(begin).await?,
         None => pool.begin().await?,
     };
-    let mut q = Sql::<DB>::new(format!("SELECT id FROM {}", t.live));
-    q.push(final_and_older(t))
-        .bind(cutoff)
-        .push(" ORDER BY update_time, id LIMIT ")
-        .bind(limit);
-    let ids = q
-        .fetch(&mut tx)
-        .await?
-        .iter()
-        .map(|row| Columns::<DB>(row).id("id"))
-        .collect::<Result<Vec<i64>, _>>()?;
+    // Oldest first, one final status at a time, in the order of the (status, update_time)
+    // index: each batch reads only the rows it moves, however large the history.
+    let mut ids: Vec<i64> = Vec::new();
+    for status in FINAL {
+        let room = limit - i64::try_from(ids.len()).unwrap_or(i64::MAX);
+        if room <= 0 {
+            break;
+        }
+        let mut q = Sql::<DB>::new(format!(
+            "SELECT id FROM {} WHERE {} = {} AND deleted = 0 AND update_time < ",
+            t.live,
+            t.status_column,
+            status.code()
+        ));
+        q.bind(cutoff)
+            .push(" ORDER BY update_time LIMIT ")
+            .bind(room);
+        for row in q.fetch(&mut tx).await? {
+            ids.push(Columns::<DB>(&row).id("id")?);
+        }
+    }
     if ids.is_empty() {
         tx.rollback().await?;
         return Ok((0, 0));
