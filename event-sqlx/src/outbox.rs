@@ -113,7 +113,7 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Takes the outbox table's statistics when they are missing or stale (PostgreSQL: never
-    /// taken, or taken before most of today's rows were written, as after a bulk load that
+    /// taken, or more than 10,000 rows written since, as after a bulk load or a backlog that
     /// autovacuum has not caught up with); otherwise one cheap catalog query. Returns whether it
     /// took them. Relays call it when they start.
     pub async fn ensure_statistics(&self) -> Result<bool, Error> {
