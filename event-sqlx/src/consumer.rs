@@ -188,14 +188,13 @@ impl<DB: Backend, R> Consumer<DB, R> {
         message_id: Option<&str>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
     ) -> Result<Processed, Error> {
-        let route = On::new(
-            async |tx: &mut DB::Connection, delivered: Delivered<E>| {
-                handler(tx, delivered.event).await
-            },
-            NoRoutes,
-        );
-        self.process_with(body, message_id, &route, UnknownEvents::Ignore)
-            .await
+        self.process_with(
+            body,
+            message_id,
+            &Self::single(&handler),
+            UnknownEvents::Ignore,
+        )
+        .await
     }
 
     /// Processes one message body with `routes`.

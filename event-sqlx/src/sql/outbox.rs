@@ -440,8 +440,9 @@ pub(crate) async fn claim<DB: Backend>(
             .push(", version = version + 1, update_time = ")
             .bind(claim.now);
     };
+    // Only rows still pending or failed are leased, whoever picked them.
     let guard = format!(
-        " WHERE {} IN {} AND id IN ",
+        " WHERE {} IN {} AND ",
         DB::DIALECT.status_guard("publish_status"),
         codes(&[Pending, Failed])
     );
@@ -451,11 +452,7 @@ pub(crate) async fn claim<DB: Backend>(
         let mut q = Sql::<DB>::new("");
         set_claimed(&mut q);
         let (open, close) = DB::DIALECT.claimed_ids();
-        q.push(format!(
-            " WHERE {} IN {} AND {open}SELECT o.id",
-            DB::DIALECT.status_guard("publish_status"),
-            codes(&[Pending, Failed])
-        ));
+        q.push(&guard).push(open).push("SELECT o.id");
         candidates(&mut q);
         q.push(DB::DIALECT.skip_locked());
         q.push(format!("{close} RETURNING {COLUMNS}"));
@@ -472,7 +469,9 @@ pub(crate) async fn claim<DB: Backend>(
         if !records.is_empty() {
             let mut q = Sql::<DB>::new("");
             set_claimed(&mut q);
-            q.push(&guard).list(records.iter().map(|r| r.id));
+            q.push(&guard)
+                .push("id IN ")
+                .list(records.iter().map(|r| r.id));
             q.execute(&mut tx).await?;
             for record in &mut records {
                 record.publish_status = InProgress;
