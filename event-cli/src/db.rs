@@ -114,3 +114,24 @@ fn statement_timeout(kind: Kind, timeout: Duration) -> Vec<String> {
         Kind::Sqlite => Vec::new(),
     }
 }
+
+/// Runs `$body` with `$outbox` bound to the outbox of the URL's backend.
+macro_rules! with_outbox {
+    ($db:expr, |$outbox:ident| $body:expr) => {
+        match $crate::db::kind(&$db.database_url)? {
+            $crate::db::Kind::Postgres => {
+                let $outbox = $crate::db::open::<sqlx::Postgres>($db).await?;
+                $body
+            }
+            $crate::db::Kind::MySql => {
+                let $outbox = $crate::db::open::<sqlx::MySql>($db).await?;
+                $body
+            }
+            $crate::db::Kind::Sqlite => {
+                let $outbox = $crate::db::open::<sqlx::Sqlite>($db).await?;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_outbox;

@@ -4,10 +4,15 @@
 
 mod archive;
 mod args;
+mod check;
 mod db;
 mod demo;
+mod messages;
 mod ops;
 mod output;
+mod publish;
+mod quarantine;
+mod reconcile;
 mod schema;
 
 use std::path::PathBuf;
@@ -36,7 +41,17 @@ enum Command {
     Outbox(ops::OutboxCommand),
     /// The message event table (biz_message_event).
     #[command(subcommand)]
-    Messages(ops::MessagesCommand),
+    Messages(messages::MessagesCommand),
+    /// Consumers' quarantine (quarantined_event): list, show, requeue for the running consumer,
+    /// cancel, check, prune.
+    #[command(subcommand)]
+    Quarantine(quarantine::QuarantineCommand),
+    /// Consumers' inbox (consumed_event): retention.
+    #[command(subcommand)]
+    Inbox(quarantine::InboxCommand),
+    /// Compare what the outbox published with what a consumer consumed (seed 003's end-to-end
+    /// reconciliation): exit 0 clean, 1 events missing or quarantined, 2 an error.
+    Reconcile(reconcile::ReconcileArgs),
     /// The archive tables.
     #[command(subcommand)]
     Archive(ops::ArchiveCommand),
@@ -113,8 +128,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(db) => ops::migrate(&db).await,
         Command::Relay(args) => ops::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
-        Command::Messages(command) => ops::messages(command).await,
+        Command::Messages(command) => messages::run(command).await,
         Command::Archive(command) => ops::archive(command).await,
+        Command::Quarantine(command) => quarantine::run(command).await,
+        Command::Inbox(command) => quarantine::inbox(command).await,
+        Command::Reconcile(args) => reconcile::run(args).await,
         Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
         Command::Schema(SchemaCommand::Check(args)) => schema::check(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {

@@ -6,30 +6,11 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{TimeDelta, Utc};
 use clap::{Args, Subcommand};
-use event_sqlx::{Backend, JsonLinesPublisher, Lease, Outbox, OutboxRecord, RelayConfig};
+use event_sqlx::{Backend, Lease, Outbox, OutboxRecord, RelayConfig};
 
-use crate::db::{self, Kind};
+use crate::check::{self, Threshold};
+use crate::db::{self, with_outbox};
 use crate::{DbArgs, output};
-
-/// Runs `$body` with `$outbox` bound to the outbox of the URL's backend.
-macro_rules! with_outbox {
-    ($db:expr, |$outbox:ident| $body:expr) => {
-        match db::kind(&$db.database_url)? {
-            Kind::Postgres => {
-                let $outbox = db::open::<sqlx::Postgres>($db).await?;
-                $body
-            }
-            Kind::MySql => {
-                let $outbox = db::open::<sqlx::MySql>($db).await?;
-                $body
-            }
-            Kind::Sqlite => {
-                let $outbox = db::open::<sqlx::Sqlite>($db).await?;
-                $body
-            }
-        }
-    };
-}
 
 pub(crate) async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
     with_outbox!(db, |outbox| {
@@ -50,15 +31,15 @@ pub(crate) struct RelayArgs {
     /// publisher confirms).
     #[arg(long, default_value = "stdout")]
     publisher: String,
-    /// NATS: create this JetStream stream, capturing --subject, unless it exists.
-    #[arg(long, requires = "subject")]
-    stream: Option<String>,
-    /// NATS: a subject the --stream captures, e.g. `order.event.>` (repeat for more).
+    #[command(flatten)]
+    target: crate::publish::TargetArgs,
+    /// Serve Prometheus metrics (the relay's counters, latency histogram and backlog gauges) on
+    /// this address, e.g. `127.0.0.1:9464`, at any path.
     #[arg(long)]
-    subject: Vec<String>,
-    /// RabbitMQ: declare this durable topic exchange unless it exists (repeat for more).
-    #[arg(long)]
-    exchange: Vec<String>,
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// How often the backlog gauges (pending, failed, stuck, oldest pending age) are sampled.
+    #[arg(long, default_value = "15s", value_parser = crate::args::duration)]
+    metrics_interval: Duration,
     /// This relay's id, the `locked_by` of its leases. Unique per running relay.
     #[arg(long)]
     instance_id: Option<String>,
@@ -112,37 +93,27 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
     if args.unordered {
         config = config.unordered();
     }
-    let target = args.publisher.as_str();
-    if target.starts_with("nats://") || target.starts_with("tls://") {
-        let publisher = event_sqlx::NatsPublisher::connect(target).await?;
-        if let Some(stream) = &args.stream {
-            publisher
-                .ensure_stream(stream, args.subject.clone())
-                .await?;
-        }
-        return relay_to(outbox, args, config, publisher, &instance).await;
+    config = config.metrics_interval(args.metrics_interval);
+    if let Some(address) = args.metrics_listen {
+        use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+        const SECONDS: &[f64] = &[
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0, 300.0,
+        ];
+        const EVENTS: &[f64] = &[1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0];
+        PrometheusBuilder::new()
+            .with_http_listener(address)
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), SECONDS)?
+            .set_buckets_for_metric(
+                Matcher::Full(event_sqlx::metrics::OUTBOX_BATCH_SIZE.to_owned()),
+                EVENTS,
+            )?
+            .install()
+            .with_context(|| format!("cannot serve metrics on {address}"))?;
+        event_sqlx::metrics::describe();
+        eprintln!("relay {instance}: serving Prometheus metrics on http://{address}/metrics");
     }
-    if target.starts_with("amqp://") || target.starts_with("amqps://") {
-        let publisher = event_sqlx::RabbitMqPublisher::connect(target).await?;
-        for exchange in &args.exchange {
-            publisher.declare_exchange(exchange).await?;
-        }
-        return relay_to(outbox, args, config, publisher, &instance).await;
-    }
-    if args.stream.is_some() || !args.exchange.is_empty() {
-        anyhow::bail!("--stream and --exchange go with a nats:// or amqp:// --publisher");
-    }
-    let publisher = match target {
-        "stdout" => JsonLinesPublisher::stdout(),
-        other => match other.strip_prefix("jsonl:") {
-            Some(path) => JsonLinesPublisher::append_to(path)
-                .await
-                .with_context(|| format!("cannot open {path} for appending"))?,
-            None => anyhow::bail!(
-                "unknown publisher `{other}`: use stdout, jsonl:PATH, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST"
-            ),
-        },
-    };
+    let publisher = crate::publish::Target::open(&args.publisher, &args.target).await?;
     relay_to(outbox, args, config, publisher, &instance).await
 }
 
@@ -447,52 +418,17 @@ async fn run_outbox<DB: Backend>(
         } => {
             let health = outbox.health().await?;
             let oldest = health.oldest_pending_seconds.unwrap_or(0);
-            let limit_secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            let checks: Vec<(&str, i64, i64, String)> = [
-                max_oldest_pending.map(|limit| {
-                    (
-                        "oldest pending age (s)",
-                        oldest,
-                        limit_secs(limit),
-                        humantime::format_duration(limit).to_string(),
-                    )
-                }),
-                max_pending.map(|l| ("pending", health.pending, l, l.to_string())),
-                max_failed.map(|l| ("failed", health.failed, l, l.to_string())),
-                max_stuck.map(|l| ("expired leases", health.expired_leases, l, l.to_string())),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            if checks.is_empty() {
-                anyhow::bail!(
-                    "nothing to check: give at least one of --max-oldest-pending, --max-pending, --max-failed, --max-stuck"
-                );
-            }
-            let healthy = checks.iter().all(|(_, value, limit, _)| value <= limit);
-            if json {
-                let list: Vec<serde_json::Value> = checks
-                    .iter()
-                    .map(|(name, value, limit, _)| {
-                        serde_json::json!({ "check": name, "value": value, "limit": limit, "ok": value <= limit })
-                    })
-                    .collect();
-                output::json(&serde_json::json!({
-                    "healthy": healthy,
-                    "health": health,
-                    "checks": list,
-                }))?;
-            } else {
-                for (name, value, limit, shown) in &checks {
-                    let verdict = if value <= limit { "ok  " } else { "FAIL" };
-                    println!("{verdict} {name}: {value} (at most {shown})");
-                }
-            }
-            return Ok(if healthy {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            });
+            return check::report(
+                vec![
+                    max_oldest_pending.map(|l| Threshold::age("oldest pending age (s)", oldest, l)),
+                    max_pending.map(|l| Threshold::count("pending", health.pending, l)),
+                    max_failed.map(|l| Threshold::count("failed", health.failed, l)),
+                    max_stuck.map(|l| Threshold::count("expired leases", health.expired_leases, l)),
+                ],
+                &health,
+                json,
+                "--max-oldest-pending, --max-pending, --max-failed, --max-stuck",
+            );
         }
         OutboxCommand::Archive(args) => return crate::archive::outbox(outbox, &args).await,
         OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,
@@ -587,7 +523,7 @@ async fn run_outbox<DB: Backend>(
     Ok(ExitCode::SUCCESS)
 }
 
-fn report_action(
+pub(crate) fn report_action(
     done: bool,
     event_no: &str,
     verb: &str,
@@ -674,23 +610,6 @@ fn print_records(records: &[OutboxRecord], json: bool) -> anyhow::Result<()> {
     );
     println!("({} events)", records.len());
     Ok(())
-}
-
-/// `eventctl messages ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum MessagesCommand {
-    /// Move succeeded and cancelled messages older than a retention to biz_message_event_archive,
-    /// in batches, beside live workers.
-    Archive(crate::archive::ArchiveArgs),
-}
-
-pub(crate) async fn messages(command: MessagesCommand) -> anyhow::Result<ExitCode> {
-    let MessagesCommand::Archive(args) = command;
-    let db = args.db.clone();
-    with_outbox!(&db, |outbox| {
-        let store = event_sqlx::MessageStore::new(outbox.pool().clone());
-        crate::archive::messages(&store, &args).await
-    })
 }
 
 /// `eventctl archive ...`.

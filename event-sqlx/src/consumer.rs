@@ -12,10 +12,20 @@ use crate::inbox::{Handled, Inbox, InboxError};
 use crate::route::{Delivered, NoRoutes, On, Routes, UnknownEvents};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
-use crate::sql::inbox as sql;
+use crate::sql::inbox::{self as sql, Selection};
 use crate::status::{FailureClass, QuarantineStatus};
 use crate::table::TableName;
 use body_digest::digest;
+use tracing::Instrument;
+
+use crate::metrics;
+
+/// The producer's span id from the envelope's `traceparent`, which the consumer's span
+/// continues: the consume span carries the same trace id, with the producer's span as parent.
+fn parent_span_id(envelope: &EventEnvelope) -> Option<&str> {
+    let traceparent = envelope.headers.traceparent.as_deref()?;
+    traceparent.split('-').nth(2).filter(|id| id.len() == 16)
+}
 
 /// What processing a message did. Every outcome but an error means: acknowledge the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +41,19 @@ pub enum Processed {
     /// Older than an event already applied for its aggregate; recorded in the quarantine as
     /// `stale` (only with [`Consumer::reject_stale`]).
     Stale,
+}
+
+impl Processed {
+    /// A lowercase name, the `outcome` label of the consumer metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Processed::Applied => "applied",
+            Processed::Duplicate => "duplicate",
+            Processed::Ignored => "ignored",
+            Processed::Quarantined(_) => "quarantined",
+            Processed::Stale => "stale",
+        }
+    }
 }
 
 /// One consumer: its handlers, one per event type, its inbox, the upcasters it reads old versions
@@ -211,6 +234,13 @@ impl<DB: Backend, R> Consumer<DB, R> {
                 let id = message_id
                     .map(str::to_owned)
                     .unwrap_or_else(|| digest(body));
+                ::metrics::counter!(
+                    metrics::CONSUMER_EVENTS,
+                    "consumer" => self.name().to_owned(),
+                    "event_type" => "",
+                    "outcome" => "quarantined"
+                )
+                .increment(1);
                 return self
                     .quarantine(
                         id,
@@ -223,6 +253,41 @@ impl<DB: Backend, R> Consumer<DB, R> {
                     .await;
             }
         };
+        let span = tracing::info_span!(
+            "event.consume",
+            consumer = self.name(),
+            event_id = %envelope.event_id,
+            event_type = %envelope.event_type,
+            trace_id = envelope.trace_id.as_deref().unwrap_or(""),
+            parent_id = parent_span_id(&envelope).unwrap_or(""),
+        );
+        let started = std::time::Instant::now();
+        let outcome = self
+            .handle_envelope(&envelope, body, routes, unknown)
+            .instrument(span)
+            .await;
+        if let Ok(processed) = &outcome {
+            let labels = [
+                ("consumer", self.name().to_owned()),
+                ("event_type", envelope.event_type.clone()),
+                ("outcome", processed.name().to_owned()),
+            ];
+            ::metrics::counter!(metrics::CONSUMER_EVENTS, &labels).increment(1);
+            ::metrics::histogram!(metrics::CONSUMER_HANDLE_SECONDS, "consumer" => self.name().to_owned())
+                .record(started.elapsed().as_secs_f64());
+        }
+        outcome
+    }
+
+    /// Handles a readable envelope: ignored, applied, a duplicate, stale, or quarantined.
+    async fn handle_envelope(
+        &self,
+        envelope: &EventEnvelope,
+        body: &[u8],
+        routes: &impl Routes<DB>,
+        unknown: UnknownEvents,
+    ) -> Result<Processed, Error> {
+        let envelope = envelope.clone();
         if !routes.handles(&envelope.event_type) {
             return match unknown {
                 UnknownEvents::Ignore => Ok(Processed::Ignored),
@@ -339,7 +404,12 @@ impl<DB: Backend, R> Consumer<DB, R> {
         filter: &QuarantineFilter<'_>,
         handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
     ) -> Result<usize, Error> {
-        self.replay_with(filter, &Self::single(&handler)).await
+        self.replay_with(
+            QuarantineStatus::Quarantined,
+            filter,
+            &Self::single(&handler),
+        )
+        .await
     }
 
     /// A route for one ad hoc handler that takes the payload alone.
@@ -356,15 +426,14 @@ impl<DB: Backend, R> Consumer<DB, R> {
 
     async fn replay_with(
         &self,
+        status: QuarantineStatus,
         filter: &QuarantineFilter<'_>,
         routes: &impl Routes<DB>,
     ) -> Result<usize, Error> {
         const PAGE: u32 = 100;
         let (mut replayed, mut after_id) = (0, 0);
         loop {
-            let page = self
-                .quarantine_page(QuarantineStatus::Quarantined, filter, after_id, PAGE)
-                .await?;
+            let page = self.quarantine_page(status, filter, after_id, PAGE).await?;
             let Some(last) = page.last() else {
                 return Ok(replayed);
             };
@@ -410,13 +479,16 @@ impl<DB: Backend, R> Consumer<DB, R> {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<QuarantineRecord>, Error> {
+        let selection = Selection {
+            consumer: Some(self.name()),
+            status: Some(status),
+            filter: *filter,
+        };
         let mut conn = self.conn().await?;
         sql::select_quarantined::<DB>(
             &mut conn,
             &self.quarantine,
-            self.name(),
-            status,
-            filter,
+            &selection,
             after_id,
             i64::from(limit),
         )
@@ -432,27 +504,14 @@ impl<DB: Backend, R> Consumer<DB, R> {
             .map_err(|e| Error::database(&self.quarantine, e))
     }
 
-    /// Deletes inbox records older than `retention`, in batches of `batch`, and returns how many.
-    /// Run it with a retention longer than any redelivery or replay window.
+    /// Deletes this consumer's inbox records older than `retention`, in batches of `batch`, and
+    /// returns how many (see [`Inbox::prune`]).
     pub async fn prune_inbox(
         &self,
         retention: std::time::Duration,
         batch: u32,
     ) -> Result<u64, Error> {
-        let before = crate::clock::before(self.inbox.now(), retention);
-        let table = self.inbox.table_name();
-        let mut total = 0;
-        loop {
-            let mut conn = self.conn().await?;
-            let deleted =
-                sql::prune_consumed::<DB>(&mut conn, table, before, i64::from(batch.max(1)))
-                    .await
-                    .map_err(|e| Error::database(table, e))?;
-            total += deleted;
-            if deleted < u64::from(batch.max(1)) {
-                return Ok(total);
-            }
-        }
+        self.inbox.prune(retention, batch).await
     }
 
     async fn quarantine_envelope(
@@ -535,7 +594,33 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
     /// handlers (after a fix), however many there are, and marks each one replayed once it is
     /// applied or found already applied. Returns how many were replayed.
     pub async fn replay_quarantined(&self, filter: &QuarantineFilter<'_>) -> Result<usize, Error> {
-        self.replay_with(filter, &self.routes).await
+        self.replay_with(QuarantineStatus::Quarantined, filter, &self.routes)
+            .await
+    }
+
+    /// Replays, with the consumer's own handlers, the entries an operator requeued
+    /// ([`Quarantine::requeue`](crate::Quarantine::requeue), `eventctl quarantine requeue`), and
+    /// marks each one replayed, or quarantined again if it still fails. The subscriptions' `run`
+    /// loops call it between drains; a custom loop calls it now and then (it is one indexed
+    /// query when nothing is requeued). Returns how many were replayed.
+    pub async fn replay_requeued(&self) -> Result<usize, Error> {
+        let replayed = self
+            .replay_with(
+                QuarantineStatus::Requeued,
+                &QuarantineFilter::default(),
+                &self.routes,
+            )
+            .await?;
+        if replayed > 0 {
+            ::metrics::counter!(metrics::CONSUMER_REQUEUED_REPLAYED, "consumer" => self.name().to_owned())
+                .increment(replayed as u64);
+            tracing::info!(
+                consumer = self.name(),
+                replayed,
+                "replayed requeued quarantine entries"
+            );
+        }
+        Ok(replayed)
     }
 
     /// The event types the handlers take.

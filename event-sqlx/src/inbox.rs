@@ -118,12 +118,42 @@ impl<DB: Backend> Inbox<DB> {
         &self.consumer
     }
 
-    pub(crate) fn pool(&self) -> &Pool<DB> {
-        &self.pool
+    /// Deletes this consumer's records consumed more than `retention` ago, in batches of
+    /// `batch` (one short statement each), and returns how many. Keep the retention longer than
+    /// any redelivery or replay window: an event redelivered after its record is gone would be
+    /// applied again.
+    pub async fn prune(
+        &self,
+        retention: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, crate::error::Error> {
+        let before = clock::before(self.now(), retention);
+        let batch = batch.max(1);
+        let mut total = 0;
+        loop {
+            let mut conn = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|e| crate::error::Error::database(&self.table, e))?;
+            let deleted = sql::prune_consumed::<DB>(
+                &mut conn,
+                &self.table,
+                &self.consumer,
+                before,
+                i64::from(batch),
+            )
+            .await
+            .map_err(|e| crate::error::Error::database(&self.table, e))?;
+            total += deleted;
+            if deleted < u64::from(batch) {
+                return Ok(total);
+            }
+        }
     }
 
-    pub(crate) fn table_name(&self) -> &TableName {
-        &self.table
+    pub(crate) fn pool(&self) -> &Pool<DB> {
+        &self.pool
     }
 
     /// Runs `handler` on a transaction that also records the event as consumed, and commits both;

@@ -3,9 +3,10 @@
 // The layers, each importing only from those below it:
 //   L5  brokers                                   NATS JetStream, RabbitMQ
 //   L4  relay, worker, consumer, route            loops that claim, publish, handle
-//   L3  outbox, message, inbox, publisher, archive one store per table family; where events go
+//   L3  outbox, message, inbox, quarantine,       one store per table family; where events go
+//       publisher, archive, reconcile
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
-//   L1  row, config                               rows as Rust values; settings
+//   L1  row, config, metrics                      rows as Rust values; settings; metric names
 //   L0  status, table, clock, error               states, names, time, the error type
 
 mod clock;
@@ -14,6 +15,7 @@ mod status;
 mod table;
 
 mod config;
+pub mod metrics;
 mod row;
 
 mod sql;
@@ -23,6 +25,8 @@ mod inbox;
 mod message;
 mod outbox;
 mod publisher;
+mod quarantine;
+mod reconcile;
 
 mod consumer;
 mod relay;
@@ -47,9 +51,11 @@ pub use sql::dialect::{Backend, Dialect};
 
 pub use archive::ArchiveReport;
 pub use inbox::{Handled, Inbox, InboxError};
-pub use message::MessageStore;
+pub use message::{MessageHealth, MessageStore};
 pub use outbox::{Commit, Outbox, Republish, RepublishReport};
 pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, PublishError, Publisher};
+pub use quarantine::{Quarantine, QuarantineCount};
+pub use reconcile::{Reconcile, ReconcileReport, ReconcileTotals, ReconciledEvent};
 
 pub use consumer::{Consumer, Processed};
 pub use relay::{BatchReport, Relay};

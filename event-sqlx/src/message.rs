@@ -15,6 +15,20 @@ use crate::sql::dialect::Backend;
 use crate::sql::message::{self as sql, MessageSelect, MessageWrite};
 use crate::table::TableName;
 
+/// What [`MessageStore::health`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageHealth {
+    /// Messages waiting to be handled.
+    pub pending: i64,
+    /// Messages whose last handling failed.
+    pub failed: i64,
+    /// Messages in progress for longer than the threshold given.
+    pub stuck: i64,
+    /// How long the oldest pending message has waited, in seconds.
+    pub oldest_pending_seconds: Option<i64>,
+}
+
 /// The message event table on one database.
 #[derive(Debug)]
 pub struct MessageStore<DB: Backend> {
@@ -278,6 +292,46 @@ impl<DB: Backend> MessageStore<DB> {
             now: self.now(),
         })
         .await
+    }
+
+    /// Puts a failed message back to pending, due now, with its retries counted afresh (an
+    /// operator's retry). False when it does not exist or is not failed.
+    pub async fn retry(&self, event_no: &str) -> Result<bool, Error> {
+        self.write(MessageWrite::Retry {
+            event_no,
+            now: self.now(),
+        })
+        .await
+    }
+
+    /// Cancels a pending or failed message with the operator's reason. False when it does not
+    /// exist or is in progress, succeeded or cancelled.
+    pub async fn cancel(&self, event_no: &str, reason: &str) -> Result<bool, Error> {
+        let reason: String = reason.chars().take(1000).collect();
+        self.write(MessageWrite::Cancel {
+            event_no,
+            reason: &reason,
+            now: self.now(),
+        })
+        .await
+    }
+
+    /// Pending and failed counts, messages in progress for longer than `stuck_after` (their
+    /// worker died or hangs), and the oldest pending message's age: a few status-index queries,
+    /// cheap enough for a probe.
+    pub async fn health(&self, stuck_after: std::time::Duration) -> Result<MessageHealth, Error> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let (pending, failed, stuck, oldest) =
+            sql::health::<DB>(&mut conn, &self.table, clock::before(now, stuck_after))
+                .await
+                .map_err(|e| self.db_error(e))?;
+        Ok(MessageHealth {
+            pending,
+            failed,
+            stuck,
+            oldest_pending_seconds: oldest.map(|at| (now - at).num_seconds().max(0)),
+        })
     }
 
     async fn select(&self, select: MessageSelect<'_>) -> Result<Vec<MessageRecord>, Error> {

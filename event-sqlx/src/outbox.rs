@@ -516,26 +516,37 @@ impl<DB: Backend> Outbox<DB> {
                 return Ok(report);
             };
             after_id = last.id;
-            report.selected += page.len();
-            let messages = page
-                .iter()
-                .map(|record| Ok(OutboxMessage::from_record(record)?.republished(run)))
-                .collect::<Result<Vec<_>, Error>>()?;
-            for result in publisher.publish(&messages).await {
-                match result {
-                    Ok(()) => report.accepted += 1,
-                    Err(e) => {
-                        report.failed += 1;
-                        if report.first_failure.is_none() {
-                            report.first_failure = Some(e.reason().to_owned());
-                        }
+            Self::republish_records(&page, run, publisher, &mut report).await?;
+        }
+    }
+
+    /// Sends `records` again through `publisher` as the republish `run`, counting into `report`.
+    pub(crate) async fn republish_records<P: Publisher>(
+        records: &[OutboxRecord],
+        run: i64,
+        publisher: &P,
+        report: &mut RepublishReport,
+    ) -> Result<(), Error> {
+        report.selected += records.len();
+        let messages = records
+            .iter()
+            .map(|record| Ok(OutboxMessage::from_record(record)?.republished(run)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        for result in publisher.publish(&messages).await {
+            match result {
+                Ok(()) => report.accepted += 1,
+                Err(e) => {
+                    report.failed += 1;
+                    if report.first_failure.is_none() {
+                        report.first_failure = Some(e.reason().to_owned());
                     }
                 }
             }
         }
+        Ok(())
     }
 
-    async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, Error> {
+    pub(crate) async fn select(&self, select: Select<'_>) -> Result<Vec<OutboxRecord>, Error> {
         let mut conn = self.conn().await?;
         sql::select::<DB>(&mut conn, &self.config.table, &select)
             .await

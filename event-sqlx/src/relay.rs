@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use crate::clock::after;
 use crate::config::relay::RelayConfig;
 use crate::error::{Chain, Error};
+use crate::metrics;
 use crate::outbox::Outbox;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::row::outbox::OutboxRecord;
@@ -200,6 +201,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         if records.is_empty() {
             return Ok(report);
         }
+        ::metrics::histogram!(metrics::OUTBOX_BATCH_SIZE).record(records.len() as f64);
+        metrics::count_by_type(metrics::OUTBOX_CLAIMED, records.iter());
+        metrics::count_by_type(
+            metrics::OUTBOX_RETRIED,
+            records.iter().filter(|r| r.retry_count > 0),
+        );
 
         let mut messages = Vec::with_capacity(records.len());
         let mut ids = Vec::with_capacity(records.len());
@@ -228,10 +235,26 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 (record, result)
             })
             .chain(unreadable.into_iter().map(|(r, e)| (r, Err(e))));
+        let mut published_records = Vec::new();
+        let mut failed_records = Vec::new();
         for (record, result) in outcomes {
+            let span = tracing::debug_span!(
+                "outbox.publish",
+                relay = %self.config.instance_id,
+                event_id = %record.event_no,
+                event_type = %record.event_type,
+                trace_id = record.trace_id.as_deref().unwrap_or(""),
+            );
+            let _entered = span.enter();
             match result {
-                Ok(()) => published.push(record.id),
+                Ok(()) => {
+                    tracing::debug!("published");
+                    published.push(record.id);
+                    published_records.push(record);
+                }
                 Err(error) => {
+                    tracing::debug!(reason = error.reason(), "publish failed");
+                    failed_records.push(record);
                     let failures_so_far = u32::try_from(record.retry_count).unwrap_or(0) + 1;
                     if i64::from(failures_so_far) >= i64::from(record.max_retry_count)
                         && self.config.cancel_exhausted
@@ -292,6 +315,21 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         report.published = usize::try_from(marked).unwrap_or(0);
         report.lease_lost = published.len() - report.published.min(published.len());
         report.failed = failures.len();
+        metrics::count_by_type(metrics::OUTBOX_PUBLISHED, published_records.iter().copied());
+        metrics::count_by_type(metrics::OUTBOX_FAILED, failed_records.iter().copied());
+        for record in &published_records {
+            let latency = (finished - record.create_time)
+                .num_microseconds()
+                .unwrap_or(0);
+            ::metrics::histogram!(metrics::OUTBOX_PUBLISH_LATENCY, "topic" => record.topic.clone().unwrap_or_default())
+                .record(latency.max(0) as f64 / 1e6);
+        }
+        if report.cancelled > 0 {
+            ::metrics::counter!(metrics::OUTBOX_CANCELLED).increment(report.cancelled as u64);
+        }
+        if report.lease_lost > 0 {
+            ::metrics::counter!(metrics::OUTBOX_LEASE_LOST).increment(report.lease_lost as u64);
+        }
         if report.lease_lost > 0 {
             tracing::warn!(
                 relay = relay_id,
@@ -315,7 +353,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     pub async fn recover_expired_leases(&self) -> Result<u64, Error> {
         let at = self.outbox.now();
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
-        retry_rolled_back(|| async {
+        let recovered = retry_rolled_back(|| async {
             let mut conn = pool.acquire().await?;
             sql::recover_expired::<DB>(
                 &mut conn,
@@ -327,7 +365,27 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             .await
         })
         .await
-        .map_err(|e| self.outbox.db_error(e))
+        .map_err(|e| self.outbox.db_error(e))?;
+        if recovered > 0 {
+            ::metrics::counter!(metrics::OUTBOX_LEASES_RECOVERED).increment(recovered);
+        }
+        Ok(recovered)
+    }
+
+    /// Samples the backlog gauges (see [`metrics`](crate::metrics)) when the metrics interval
+    /// has passed since `last`; a failed sample is logged and tried at the next interval.
+    async fn sample_backlog(&self, last: &mut Option<Instant>) {
+        let every = self.config.metrics_interval;
+        if every.is_zero() || last.is_some_and(|at| at.elapsed() < every) {
+            return;
+        }
+        *last = Some(Instant::now());
+        match self.outbox.health().await {
+            Ok(health) => metrics::record_health(&health),
+            Err(e) => {
+                tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "could not sample the outbox backlog")
+            }
+        }
     }
 
     /// Runs until `shutdown` completes: claims and publishes batch after batch without sleeping
@@ -340,9 +398,11 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         self.prepare().await;
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
+        let mut last_sample: Option<Instant> = None;
         let mut batch = Vec::new();
         tokio::pin!(shutdown);
         loop {
+            self.sample_backlog(&mut last_sample).await;
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.recover_interval) {
                 if last_recovery.is_some() {
                     // A bulk load while the relay runs makes the statistics stale too.

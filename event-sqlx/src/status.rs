@@ -30,7 +30,7 @@ pub enum EventStatus {
 /// A status value that is not one of 0..=4.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown status {0}: event statuses are 0 pending, 1 in progress, 2 succeeded, 3 failed, 4 cancelled; quarantine statuses 0 quarantined, 2 replayed"
+    "unknown status {0}: event statuses are 0 pending, 1 in progress, 2 succeeded, 3 failed, 4 cancelled; quarantine statuses 0 quarantined, 1 requeued, 2 replayed, 3 cancelled"
 )]
 pub struct StatusError(pub i64);
 
@@ -159,11 +159,31 @@ impl serde::Serialize for FailureClass {
 pub enum QuarantineStatus {
     /// 0: waiting for a fix and a replay.
     Quarantined = 0,
+    /// 1: requeued by an operator (`eventctl quarantine requeue`): the running consumer replays
+    /// it with its own handlers on its next loop ([`Consumer::replay_requeued`]).
+    ///
+    /// [`Consumer::replay_requeued`]: crate::Consumer::replay_requeued
+    Requeued = 1,
     /// 2: replayed: applied, or found already applied.
     Replayed = 2,
+    /// 3: cancelled by an operator, with the reason: it is never replayed.
+    Cancelled = 3,
 }
 
 impl QuarantineStatus {
+    /// Every status, in code order.
+    pub const ALL: [QuarantineStatus; 4] = [
+        QuarantineStatus::Quarantined,
+        QuarantineStatus::Requeued,
+        QuarantineStatus::Replayed,
+        QuarantineStatus::Cancelled,
+    ];
+
+    /// The status named `name` (`quarantined`, `requeued`, `replayed`, `cancelled`).
+    pub fn from_name(name: &str) -> Option<QuarantineStatus> {
+        QuarantineStatus::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// The stored value.
     pub const fn code(self) -> i16 {
         self as i16
@@ -173,7 +193,9 @@ impl QuarantineStatus {
     pub fn from_code(code: i64) -> Result<QuarantineStatus, StatusError> {
         match code {
             0 => Ok(QuarantineStatus::Quarantined),
+            1 => Ok(QuarantineStatus::Requeued),
             2 => Ok(QuarantineStatus::Replayed),
+            3 => Ok(QuarantineStatus::Cancelled),
             other => Err(StatusError(other)),
         }
     }
@@ -182,7 +204,9 @@ impl QuarantineStatus {
     pub fn name(self) -> &'static str {
         match self {
             QuarantineStatus::Quarantined => "quarantined",
+            QuarantineStatus::Requeued => "requeued",
             QuarantineStatus::Replayed => "replayed",
+            QuarantineStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -218,16 +242,18 @@ mod tests {
             assert_eq!(super::FailureClass::from_name(class.name()), Ok(class));
         }
         assert!(super::FailureClass::from_name("flaky").is_err());
-        for status in [
-            super::QuarantineStatus::Quarantined,
-            super::QuarantineStatus::Replayed,
-        ] {
+        for status in super::QuarantineStatus::ALL {
             assert_eq!(
                 super::QuarantineStatus::from_code(i64::from(status.code())),
                 Ok(status)
             );
+            assert_eq!(
+                super::QuarantineStatus::from_name(status.name()),
+                Some(status)
+            );
         }
-        assert!(super::QuarantineStatus::from_code(1).is_err());
+        assert!(super::QuarantineStatus::from_code(4).is_err());
+        assert_eq!(super::QuarantineStatus::from_name("gone"), None);
     }
 
     #[test]

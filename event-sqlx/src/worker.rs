@@ -161,6 +161,7 @@ impl<DB: Backend> MessageWorker<DB> {
                 Ok(()) => {
                     if self.store.succeed(record.id).await? {
                         report.succeeded += 1;
+                        count(&record, "succeeded");
                     }
                 }
                 Err(error) => {
@@ -172,6 +173,7 @@ impl<DB: Backend> MessageWorker<DB> {
                         .fail(record.id, error.message(), self.backoff.delay(failures))
                         .await?;
                     report.failed += 1;
+                    count(&record, "failed");
                     let exhausted = i64::from(failures) >= i64::from(record.max_retry_count);
                     let critical = self.critical.contains(&record.event_type);
                     let cancelled = match error {
@@ -195,6 +197,7 @@ impl<DB: Backend> MessageWorker<DB> {
                     };
                     if cancelled {
                         report.cancelled += 1;
+                        count(&record, "cancelled");
                     }
                 }
             }
@@ -248,4 +251,14 @@ impl<DB: Backend> Clone for MessageWorker<DB> {
             cancel_exhausted: self.cancel_exhausted,
         }
     }
+}
+
+/// Counts one of the worker's outcomes for `record` (see [`metrics`](crate::metrics)).
+fn count(record: &MessageRecord, outcome: &'static str) {
+    ::metrics::counter!(
+        crate::metrics::MESSAGE_PROCESSED,
+        "biz_type" => record.biz_type.clone(),
+        "outcome" => outcome
+    )
+    .increment(1);
 }

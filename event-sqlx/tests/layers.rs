@@ -4,7 +4,7 @@
 //!
 //! The layers, as lib.rs draws them:
 //!   L5 brokers; L4 relay, worker, consumer, route; L3 outbox, message, inbox, publisher;
-//!   L2 sql; L1 row, config; L0 status, table, clock, error.
+//!   L2 sql; L1 row, config, metrics; L0 status, table, clock, error.
 
 // A panic is how a test fails.
 #![allow(clippy::unwrap_used)]
@@ -19,6 +19,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("row", 1),
     ("config", 1),
+    ("metrics", 1),
+    ("quarantine", 3),
+    ("reconcile", 3),
     ("sql", 2),
     ("outbox", 3),
     ("message", 3),

@@ -101,6 +101,11 @@ where
                 .drain_once(consumer, std::time::Duration::from_millis(500))
                 .await?,
         );
+        // Entries an operator requeued since the last loop; a database error here does not
+        // stop the subscription, the next loop tries again.
+        if let Err(e) = consumer.replay_requeued().await {
+            tracing::warn!(consumer = consumer.name(), error = %crate::error::Chain(&e), "could not replay requeued quarantine entries");
+        }
         tokio::select! {
             biased;
             () = &mut shutdown => return Ok(total),

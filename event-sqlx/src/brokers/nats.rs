@@ -15,12 +15,17 @@ use crate::sql::dialect::Backend;
 /// is unset), with `Nats-Msg-Id` = event number, so that the stream drops a duplicate published
 /// within its duplicate window, and waits for each publish acknowledgement.
 ///
+/// The partition key is the aggregate id, the seed's ordering scope: it travels in the
+/// `aggregateId` header, and with [`NatsPublisher::subject_per_aggregate`] as the subject's last
+/// token, which a stream's subject mapping (`partition(n, ...)`) can partition on.
+///
 /// A subject no stream captures, or a server that does not answer within the ack timeout, is a
 /// failed publish: the relay retries it with backoff; the event is never lost.
 #[derive(Debug, Clone)]
 pub struct NatsPublisher {
     jetstream: jetstream::Context,
     address: String,
+    per_aggregate: bool,
 }
 
 impl NatsPublisher {
@@ -36,6 +41,7 @@ impl NatsPublisher {
         Ok(NatsPublisher {
             jetstream,
             address: address.to_owned(),
+            per_aggregate: false,
         })
     }
 
@@ -73,14 +79,37 @@ impl NatsPublisher {
         Ok(())
     }
 
+    /// Appends the aggregate id to each subject as its last token, `<topic>.<routing
+    /// key>.<aggregate id>`, so that a stream can partition on it and order per aggregate holds
+    /// within a partition. Characters a subject token cannot hold (`.`, `*`, `>`, whitespace)
+    /// become `_`. Subscribers then filter on `<topic>.<routing key>.*` or `<topic>.>`.
+    pub fn subject_per_aggregate(mut self, on: bool) -> NatsPublisher {
+        self.per_aggregate = on;
+        self
+    }
+
     /// The subject a message is published on.
-    pub fn subject(message: &OutboxMessage) -> String {
-        match (&message.topic, &message.routing_key) {
+    pub fn subject(&self, message: &OutboxMessage) -> String {
+        let mut subject = match (&message.topic, &message.routing_key) {
             (Some(topic), Some(key)) => format!("{topic}.{key}"),
             (Some(topic), None) => topic.clone(),
             (None, Some(key)) => key.clone(),
             (None, None) => message.envelope.event_type.to_ascii_lowercase(),
+        };
+        if self.per_aggregate {
+            subject.push('.');
+            subject.extend(message.envelope.aggregate_id.chars().map(|c| {
+                if c == '.' || c == '*' || c == '>' || c.is_whitespace() {
+                    '_'
+                } else {
+                    c
+                }
+            }));
+            if message.envelope.aggregate_id.is_empty() {
+                subject.push('_');
+            }
         }
+        subject
     }
 }
 
@@ -97,7 +126,7 @@ impl Publisher for NatsPublisher {
             let sent = match serde_json::to_vec(&message.envelope) {
                 Ok(payload) => self
                     .jetstream
-                    .publish_with_headers(Self::subject(message), headers, payload.into())
+                    .publish_with_headers(self.subject(message), headers, payload.into())
                     .await
                     .map_err(|e| PublishError::with_source("NATS publish failed", e)),
                 Err(e) => Err(PublishError::with_source(

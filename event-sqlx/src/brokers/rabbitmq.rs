@@ -19,6 +19,10 @@ use crate::sql::dialect::Backend;
 /// Messages are published `mandatory`: one that no queue receives comes back, and counts as a
 /// failed publish (retried with backoff), never as delivered.
 ///
+/// The partition key is the aggregate id, the seed's ordering scope, in the `aggregateId`
+/// header: bind queues through a consistent-hash exchange with `hash-header = aggregateId` to
+/// spread aggregates over queues while each aggregate keeps to one queue, and so its order.
+///
 /// Clones share the connection and channel, so several relays in one process can publish
 /// through one publisher.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ pub struct RelayConfig {
     pub(crate) critical: HashSet<String>,
     pub(crate) cancel_exhausted: bool,
     pub(crate) max_rate: Option<u32>,
+    pub(crate) metrics_interval: Duration,
 }
 
 impl RelayConfig {
@@ -38,6 +39,7 @@ impl RelayConfig {
             critical: HashSet::new(),
             cancel_exhausted: false,
             max_rate: None,
+            metrics_interval: Duration::from_secs(15),
         }
     }
 
@@ -100,6 +102,14 @@ impl RelayConfig {
     /// Publishes at most `per_second` events a second.
     pub fn max_rate(mut self, per_second: u32) -> Self {
         self.max_rate = Some(per_second.max(1));
+        self
+    }
+
+    /// How often [`Relay::run`](crate::Relay::run) samples the backlog gauges (pending, failed,
+    /// stuck, oldest pending age; see [`metrics`](crate::metrics)) with a few status-index
+    /// queries: every 15 s by default. `Duration::ZERO` turns sampling off.
+    pub fn metrics_interval(mut self, every: Duration) -> Self {
+        self.metrics_interval = every;
         self
     }
 

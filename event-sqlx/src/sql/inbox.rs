@@ -10,7 +10,9 @@ use crate::status::{FailureClass, QuarantineStatus};
 use crate::table::TableName;
 
 const QUARANTINED: i16 = QuarantineStatus::Quarantined.code();
+const REQUEUED: i16 = QuarantineStatus::Requeued.code();
 const REPLAYED: i16 = QuarantineStatus::Replayed.code();
+const CANCELLED: i16 = QuarantineStatus::Cancelled.code();
 
 /// Records `(consumer, event_id)` on `conn`; false when it was there (seed 003's inbox write;
 /// never `INSERT IGNORE`, which also swallows other errors). The caller rolls a duplicate back.
@@ -67,17 +69,20 @@ pub(crate) async fn last_applied_sequence<DB: Backend>(
     }
 }
 
-/// Deletes at most `limit` inbox records consumed before `older_than`: one bounded batch, so
+/// Deletes at most `limit` of `consumer`'s inbox records consumed before `older_than`: one bounded batch, so
 /// locks stay short however large the backlog.
 pub(crate) async fn prune_consumed<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
+    consumer: &str,
     older_than: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
     let (head, tail) = DB::DIALECT.limited_delete(table.as_str());
     let mut q = Sql::<DB>::new(head);
-    q.push("consumed_time < ")
+    q.push("consumer = ")
+        .bind(consumer)
+        .push(" AND consumed_time < ")
         .bind(older_than)
         .push(" LIMIT ")
         .bind(limit)
@@ -161,26 +166,27 @@ fn decode<DB: Backend>(row: &DB::Row) -> Result<QuarantineRecord, sqlx::Error> {
     })
 }
 
-/// A page of `consumer`'s entries in `status` matching `filter`, by id after `after_id`.
-pub(crate) async fn select_quarantined<DB: Backend>(
-    conn: &mut DB::Connection,
-    table: &TableName,
-    consumer: &str,
-    status: QuarantineStatus,
-    filter: &QuarantineFilter<'_>,
-    after_id: i64,
-    limit: i64,
-) -> Result<Vec<QuarantineRecord>, sqlx::Error> {
-    let mut q = Sql::<DB>::new(format!(
-        "SELECT id, consumer, consumer_version, event_id, event_type, body, failure_class, \
-         reason, retry_count, owner, status, first_failure_time, last_failure_time, replay_time \
-         FROM {table} WHERE consumer = "
-    ));
-    q.bind(consumer)
-        .push(" AND status = ")
-        .bind(status.code())
-        .push(" AND id > ")
-        .bind(after_id);
+const QUARANTINE_COLUMNS: &str = "id, consumer, consumer_version, event_id, event_type, body, \
+    failure_class, reason, retry_count, owner, status, first_failure_time, last_failure_time, \
+    replay_time";
+
+/// Which entries: of one consumer (or all), in one status (or any), matching `filter`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Selection<'a> {
+    pub(crate) consumer: Option<&'a str>,
+    pub(crate) status: Option<QuarantineStatus>,
+    pub(crate) filter: QuarantineFilter<'a>,
+}
+
+/// Appends ` AND ...` for each condition of `selection`.
+fn push_selection<DB: Backend>(q: &mut Sql<DB>, selection: &Selection<'_>) {
+    if let Some(consumer) = selection.consumer {
+        q.push(" AND consumer = ").bind(consumer);
+    }
+    if let Some(status) = selection.status {
+        q.push(" AND status = ").bind(status.code());
+    }
+    let filter = &selection.filter;
     if let Some(event_id) = filter.event_id {
         q.push(" AND event_id = ").bind(event_id);
     }
@@ -196,11 +202,117 @@ pub(crate) async fn select_quarantined<DB: Backend>(
     if let Some(to) = filter.to {
         q.push(" AND first_failure_time < ").bind(to);
     }
+}
+
+/// A page of the entries `selection` names, by id after `after_id`.
+pub(crate) async fn select_quarantined<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    selection: &Selection<'_>,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<QuarantineRecord>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT {QUARANTINE_COLUMNS} FROM {table} WHERE id > "
+    ));
+    q.bind(after_id);
+    push_selection(&mut q, selection);
     q.push(" ORDER BY id ASC LIMIT ").bind(limit);
     q.fetch(conn).await?.iter().map(decode::<DB>).collect()
 }
 
-/// Quarantined -> replayed, for one entry.
+/// One entry by its id.
+pub(crate) async fn quarantine_entry<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+) -> Result<Option<QuarantineRecord>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT {QUARANTINE_COLUMNS} FROM {table} WHERE id = "
+    ));
+    q.bind(id);
+    q.fetch(conn).await?.first().map(decode::<DB>).transpose()
+}
+
+/// Quarantined -> requeued, for the quarantined entries of `selection`: the running consumer
+/// replays them on its next loop.
+pub(crate) async fn requeue<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    selection: &Selection<'_>,
+) -> Result<u64, sqlx::Error> {
+    let selection = Selection {
+        status: Some(QuarantineStatus::Quarantined),
+        ..*selection
+    };
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET status = {REQUEUED} WHERE 1 = 1"
+    ));
+    push_selection(&mut q, &selection);
+    q.execute(conn).await
+}
+
+/// Quarantined or requeued -> cancelled, for one entry, with the operator's reason.
+pub(crate) async fn cancel_quarantined<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET status = {CANCELLED}, reason = "
+    ));
+    q.bind(reason)
+        .push(", replay_time = ")
+        .bind(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(format!(" AND status IN ({QUARANTINED}, {REQUEUED})"));
+    q.execute(conn).await
+}
+
+/// Entries per consumer and status.
+pub(crate) async fn quarantine_counts<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<Vec<(String, QuarantineStatus, i64)>, sqlx::Error> {
+    let q = Sql::<DB>::new(format!(
+        "SELECT consumer, status, COUNT(*) AS n FROM {table} GROUP BY consumer, status \
+         ORDER BY consumer, status"
+    ));
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| {
+            let c = Columns::<DB>(row);
+            let status = QuarantineStatus::from_code(c.code("status")?)
+                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            Ok((c.string("consumer")?, status, c.i64("n")?))
+        })
+        .collect()
+}
+
+/// Deletes at most `limit` replayed or cancelled entries whose last change is before `before`.
+pub(crate) async fn prune_quarantine<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let (head, tail) = DB::DIALECT.limited_delete(table.as_str());
+    let mut q = Sql::<DB>::new(head);
+    q.push(format!(
+        "status IN ({REPLAYED}, {CANCELLED}) AND replay_time < "
+    ))
+    .bind(before)
+    .push(" LIMIT ")
+    .bind(limit)
+    .push(tail);
+    q.execute(conn).await
+}
+
+/// Quarantined or requeued -> replayed, for one entry.
 pub(crate) async fn mark_replayed<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
@@ -213,6 +325,55 @@ pub(crate) async fn mark_replayed<DB: Backend>(
     q.bind(now)
         .push(" WHERE id = ")
         .bind(id)
-        .push(format!(" AND status = {QUARANTINED}"));
+        .push(format!(" AND status IN ({QUARANTINED}, {REQUEUED})"));
     q.execute(conn).await
+}
+
+/// Which of `event_ids` `consumer` recorded as consumed.
+pub(crate) async fn consumed_among<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    event_ids: &[&str],
+) -> Result<Vec<String>, sqlx::Error> {
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = Sql::<DB>::new(format!("SELECT event_id FROM {table} WHERE consumer = "));
+    q.bind(consumer)
+        .push(" AND event_id IN ")
+        .list(event_ids.iter().copied());
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| Columns::<DB>(row).string("event_id"))
+        .collect()
+}
+
+/// Which of `event_ids` are in `consumer`'s quarantine, with their status.
+pub(crate) async fn quarantined_among<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    event_ids: &[&str],
+) -> Result<Vec<(String, QuarantineStatus)>, sqlx::Error> {
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT event_id, status FROM {table} WHERE consumer = "
+    ));
+    q.bind(consumer)
+        .push(" AND event_id IN ")
+        .list(event_ids.iter().copied());
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| {
+            let c = Columns::<DB>(row);
+            let status = QuarantineStatus::from_code(c.code("status")?)
+                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            Ok((c.string("event_id")?, status))
+        })
+        .collect()
 }

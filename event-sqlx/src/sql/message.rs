@@ -47,6 +47,17 @@ pub(crate) enum MessageWrite<'a> {
         reason: &'a str,
         now: DateTime<Utc>,
     },
+    /// An operator's retry: failed -> pending, due now, its retries counted afresh.
+    Retry {
+        event_no: &'a str,
+        now: DateTime<Utc>,
+    },
+    /// An operator's cancel: pending or failed -> cancelled, with the reason.
+    Cancel {
+        event_no: &'a str,
+        reason: &'a str,
+        now: DateTime<Utc>,
+    },
     /// 超过最大重试次数: failed with no retries left -> cancelled.
     CancelExhausted {
         id: i64,
@@ -244,6 +255,32 @@ pub(crate) async fn write<DB: Backend>(
                 .bind(id)
                 .push(format!(" AND event_status = {FAILED} AND deleted = 0"));
         }
+        MessageWrite::Retry { event_no, now } => {
+            q.push(format!(
+                "event_status = {PENDING}, retry_count = 0, next_retry_time = NULL, \
+                 version = version + 1, update_time = "
+            ))
+            .bind(now)
+            .push(" WHERE event_no = ")
+            .bind(event_no)
+            .push(format!(" AND event_status = {FAILED} AND deleted = 0"));
+        }
+        MessageWrite::Cancel {
+            event_no,
+            reason,
+            now,
+        } => {
+            q.push(format!("event_status = {CANCELLED}, fail_reason = "))
+                .bind(reason)
+                .push(", version = version + 1, update_time = ")
+                .bind(now)
+                .push(" WHERE event_no = ")
+                .bind(event_no)
+                .push(format!(
+                    " AND event_status IN {} AND deleted = 0",
+                    codes(&[Pending, Failed])
+                ));
+        }
         MessageWrite::CancelExhausted { id, reason, now } => {
             q.push(format!("event_status = {CANCELLED}, fail_reason = "))
                 .bind(reason)
@@ -258,4 +295,39 @@ pub(crate) async fn write<DB: Backend>(
         }
     }
     q.execute(conn).await
+}
+
+/// Pending and failed counts, messages in progress since before `stuck_before`, and the oldest
+/// pending message's creation time: each answered from the status index.
+pub(crate) async fn health<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    stuck_before: DateTime<Utc>,
+) -> Result<(i64, i64, i64, Option<DateTime<Utc>>), sqlx::Error> {
+    let mut counts = [0_i64; 3];
+    for (slot, status) in [(0, PENDING), (1, FAILED)] {
+        let q = Sql::<DB>::new(format!(
+            "SELECT COUNT(*) AS n FROM {table} WHERE event_status = {status} AND deleted = 0"
+        ));
+        if let Some(row) = q.fetch(conn).await?.first() {
+            counts[slot] = Columns::<DB>(row).i64("n")?;
+        }
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT COUNT(*) AS n FROM {table} WHERE event_status = {IN_PROGRESS} AND deleted = 0 \
+         AND last_handle_time < "
+    ));
+    q.bind(stuck_before);
+    if let Some(row) = q.fetch(conn).await?.first() {
+        counts[2] = Columns::<DB>(row).i64("n")?;
+    }
+    let q = Sql::<DB>::new(format!(
+        "SELECT MIN(create_time) AS oldest FROM {table} WHERE event_status = {PENDING} \
+         AND deleted = 0"
+    ));
+    let oldest = match q.fetch(conn).await?.first() {
+        Some(row) => Columns::<DB>(row).opt_time("oldest")?,
+        None => None,
+    };
+    Ok((counts[0], counts[1], counts[2], oldest))
 }

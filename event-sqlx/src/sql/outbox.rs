@@ -106,6 +106,10 @@ pub(crate) enum Select<'a> {
         aggregate_id: &'a str,
     },
     /// Published events matching a replay filter, by id after `after_id`.
+    /// These rows, whatever their state.
+    ByIds {
+        ids: &'a [i64],
+    },
     Published {
         aggregate: Option<(&'a str, &'a str)>,
         event_type: Option<&'a str>,
@@ -700,6 +704,10 @@ pub(crate) async fn select<DB: Backend>(
             q = Sql::new(format!("SELECT {COLUMNS} FROM {table} WHERE event_no = "));
             q.bind(event_no);
         }
+        Select::ByIds { ids } => {
+            q = Sql::new(format!("SELECT {COLUMNS} FROM {table} WHERE id IN "));
+            q.list(ids.iter().copied()).push(" ORDER BY id ASC");
+        }
         Select::FailedByTopic { topic, limit } => {
             q.push("topic = ")
                 .bind(topic)
@@ -850,4 +858,53 @@ pub(crate) async fn health<DB: Backend>(
         None => None,
     };
     Ok((counts[0], counts[1], expired, oldest))
+}
+
+/// A published event as reconciliation reads it: the key columns, not the payload.
+#[derive(Debug, Clone)]
+pub(crate) struct PublishedKey {
+    pub(crate) id: i64,
+    pub(crate) event_no: String,
+    pub(crate) event_type: String,
+    pub(crate) published_time: Option<DateTime<Utc>>,
+}
+
+/// A keyset page of published events created in `[from, to)`, of `event_types` when not
+/// empty, by id after `after_id`.
+pub(crate) async fn published_keys<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    event_types: &[String],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<PublishedKey>, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT id, event_no, event_type, published_time FROM {table} \
+         WHERE publish_status = {SUCCEEDED} AND id > "
+    ));
+    q.bind(after_id)
+        .push(" AND create_time >= ")
+        .bind(from)
+        .push(" AND create_time < ")
+        .bind(to);
+    if !event_types.is_empty() {
+        q.push(" AND event_type IN ")
+            .list(event_types.iter().map(String::as_str));
+    }
+    q.push(" ORDER BY id ASC LIMIT ").bind(limit);
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| {
+            let c = Columns::<DB>(row);
+            Ok(PublishedKey {
+                id: c.id("id")?,
+                event_no: c.string("event_no")?,
+                event_type: c.string("event_type")?,
+                published_time: c.opt_time("published_time")?,
+            })
+        })
+        .collect()
 }

@@ -1,0 +1,93 @@
+//! Where `eventctl relay` and `eventctl reconcile --republish` publish: one publisher type for
+//! every target, chosen from the command line.
+
+use anyhow::Context;
+use clap::Args;
+use event_sqlx::{
+    JsonLinesPublisher, NatsPublisher, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
+};
+
+/// The target and its broker options.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct TargetArgs {
+    /// NATS: create this JetStream stream, capturing --subject, unless it exists.
+    #[arg(long, requires = "subject")]
+    pub(crate) stream: Option<String>,
+    /// NATS: a subject the --stream captures, e.g. `order.event.>` (repeat for more).
+    #[arg(long)]
+    pub(crate) subject: Vec<String>,
+    /// NATS: append the aggregate id to each subject as its last token
+    /// (`<topic>.<routing key>.<aggregate id>`), the partition key a subject-mapped stream
+    /// partitions on, so that order per aggregate holds within a partition.
+    #[arg(long)]
+    pub(crate) subject_per_aggregate: bool,
+    /// RabbitMQ: declare this durable topic exchange unless it exists (repeat for more).
+    #[arg(long)]
+    pub(crate) exchange: Vec<String>,
+}
+
+/// A publisher for any target of the command line.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// JSON lines on standard output or appended to a file.
+    Lines(JsonLinesPublisher),
+    /// NATS JetStream.
+    Nats(NatsPublisher),
+    /// RabbitMQ.
+    RabbitMq(RabbitMqPublisher),
+}
+
+impl Target {
+    /// Connects to `target`: `stdout`, `jsonl:PATH`, `nats://HOST:PORT` or
+    /// `amqp://USER:PASS@HOST:PORT/VHOST`, and creates the streams and exchanges asked for.
+    pub(crate) async fn open(target: &str, args: &TargetArgs) -> anyhow::Result<Target> {
+        if target.starts_with("nats://") || target.starts_with("tls://") {
+            if !args.exchange.is_empty() {
+                anyhow::bail!("--exchange goes with an amqp:// publisher, not {target}");
+            }
+            let publisher = NatsPublisher::connect(target)
+                .await?
+                .subject_per_aggregate(args.subject_per_aggregate);
+            if let Some(stream) = &args.stream {
+                publisher
+                    .ensure_stream(stream, args.subject.clone())
+                    .await?;
+            }
+            return Ok(Target::Nats(publisher));
+        }
+        if args.stream.is_some() || args.subject_per_aggregate {
+            anyhow::bail!("--stream and --subject-per-aggregate go with a nats:// publisher");
+        }
+        if target.starts_with("amqp://") || target.starts_with("amqps://") {
+            let publisher = RabbitMqPublisher::connect(target).await?;
+            for exchange in &args.exchange {
+                publisher.declare_exchange(exchange).await?;
+            }
+            return Ok(Target::RabbitMq(publisher));
+        }
+        if !args.exchange.is_empty() {
+            anyhow::bail!("--exchange goes with an amqp:// publisher");
+        }
+        Ok(Target::Lines(match target {
+            "stdout" => JsonLinesPublisher::stdout(),
+            other => match other.strip_prefix("jsonl:") {
+                Some(path) => JsonLinesPublisher::append_to(path)
+                    .await
+                    .with_context(|| format!("cannot open {path} for appending"))?,
+                None => anyhow::bail!(
+                    "unknown publisher `{other}`: use stdout, jsonl:PATH, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST"
+                ),
+            },
+        }))
+    }
+}
+
+impl Publisher for Target {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        match self {
+            Target::Lines(p) => p.publish(messages).await,
+            Target::Nats(p) => p.publish(messages).await,
+            Target::RabbitMq(p) => p.publish(messages).await,
+        }
+    }
+}
