@@ -112,6 +112,59 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
     db.cleanup().await;
 }
 
+/// The partition key (the aggregate id) as the subject's last token, made safe for a subject.
+#[tokio::test]
+async fn nats_subject_per_aggregate_ends_with_the_aggregate_id() {
+    let url = nats_url();
+    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+        return;
+    };
+    let publisher = publisher.subject_per_aggregate(true);
+    let db = TestDb::sqlite().await.unwrap();
+    let topic = unique("part").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let outbox = outbox_with(&db, &topic, 3).await;
+    let report = outbox
+        .relay(publisher.clone(), RelayConfig::new("r"))
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!(report.published, 3);
+    let js = publisher.jetstream();
+    let mut subjects = Vec::new();
+    for seq in 1..=3 {
+        let message = js
+            .get_stream(&stream)
+            .await
+            .unwrap()
+            .get_raw_message(seq)
+            .await
+            .unwrap();
+        subjects.push(message.subject.to_string());
+    }
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        (0..3)
+            .map(|i| format!("{topic}.order.placed.o-{i}"))
+            .collect::<Vec<_>>()
+    );
+    // An id with characters a subject token cannot hold still makes one token.
+    let mut message =
+        OutboxMessage::from_record(&outbox.by_aggregate("ORDER", "o-0").await.unwrap()[0]).unwrap();
+    message.envelope.aggregate_id = "a.b c*>".into();
+    assert_eq!(
+        publisher.subject(&message),
+        format!("{topic}.order.placed.a_b_c__")
+    );
+    js.delete_stream(&stream).await.unwrap();
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn nats_without_a_stream_for_the_subject_fails_the_publish_and_keeps_the_event() {
     let url = nats_url();
