@@ -10,6 +10,7 @@
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
 mod delivery;
+mod reconcile;
 mod sql;
 
 use std::path::PathBuf;
@@ -56,6 +57,10 @@ struct Args {
     /// relay's drain with and without the archiver running (benches/results/archive.json).
     #[arg(long)]
     archive: bool,
+    /// Instead of the outbox: reconcile `--published` events per side against one keyset scan of
+    /// both tables (benches/results/reconcile.json).
+    #[arg(long)]
+    reconcile: bool,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -122,6 +127,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.archive {
         return archive_bench(&args).await;
+    }
+    if args.reconcile {
+        return reconcile::run(&args.backend, args.published).await;
     }
     let mut results = Vec::new();
     let all = args.backend == "all";

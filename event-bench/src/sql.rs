@@ -52,6 +52,19 @@ pub trait BenchDb: Backend {
         pool: &'a Pool<Self>,
         statement: &'static str,
     ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a;
+    /// Reads every published row's key columns in keyset pages of `page` by id, as
+    /// reconciliation reads them; returns how many.
+    fn scan_outbox(
+        pool: &Pool<Self>,
+        page: i64,
+    ) -> impl Future<Output = sqlx::Result<u64>> + Send + '_;
+    /// Reads every inbox record of `consumer` in keyset pages of `page` by its primary key;
+    /// returns how many.
+    fn scan_inbox<'a>(
+        pool: &'a Pool<Self>,
+        consumer: &'a str,
+        page: i64,
+    ) -> impl Future<Output = sqlx::Result<u64>> + Send + 'a;
     /// After a bulk fill: refreshes statistics and does the maintenance the fill would otherwise
     /// trigger in the background during the measurement (PostgreSQL's autovacuum).
     fn settle(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
@@ -204,6 +217,41 @@ macro_rules! impl_bench_db {
                 async move {
                     sqlx::raw_sql($truncate).execute(pool).await?;
                     Ok(())
+                }
+            }
+
+            fn scan_outbox(pool: &Pool<Self>, page: i64) -> impl Future<Output = sqlx::Result<u64>> + Send + '_ {
+                async move {
+                    let (mut after, mut seen) = (0_i64, 0_u64);
+                    loop {
+                        let mut q = sqlx::QueryBuilder::<$db>::new(
+                            "SELECT id, event_no, event_type FROM biz_outbox_event WHERE publish_status = 2 AND id > ",
+                        );
+                        q.push_bind(after).push(" ORDER BY id LIMIT ").push_bind(page);
+                        let rows: Vec<($id, String, String)> = q.build_query_as().fetch_all(pool).await?;
+                        let Some(last) = rows.last() else { return Ok(seen) };
+                        after = i64::try_from(last.0).unwrap_or(i64::MAX);
+                        seen += rows.len() as u64;
+                        std::hint::black_box(&rows);
+                    }
+                }
+            }
+
+            fn scan_inbox<'a>(pool: &'a Pool<Self>, consumer: &'a str, page: i64) -> impl Future<Output = sqlx::Result<u64>> + Send + 'a {
+                async move {
+                    let (mut after, mut seen) = (String::new(), 0_u64);
+                    loop {
+                        let mut q = sqlx::QueryBuilder::<$db>::new(
+                            "SELECT event_id FROM consumed_event WHERE consumer = ",
+                        );
+                        q.push_bind(consumer).push(" AND event_id > ").push_bind(after.clone());
+                        q.push(" ORDER BY consumer, event_id LIMIT ").push_bind(page);
+                        let rows: Vec<(String,)> = q.build_query_as().fetch_all(pool).await?;
+                        let Some(last) = rows.last() else { return Ok(seen) };
+                        after = last.0.clone();
+                        seen += rows.len() as u64;
+                        std::hint::black_box(&rows);
+                    }
                 }
             }
 

@@ -657,3 +657,21 @@ impl<DB: Backend, R> std::fmt::Debug for Consumer<DB, R> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_consume_span_continues_the_producers_span() {
+        let json = r#"{"eventId":"e-1","eventType":"ORDER_PLACED","eventVersion":1,
+          "aggregateType":"ORDER","aggregateId":"o-1","aggregateSequence":1,
+          "occurredAt":"2026-01-23T10:20:30Z","traceId":"4bf92f3577b34da6a3ce929d0e0e4736",
+          "headers":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+          "payload":{}}"#;
+        let mut envelope: event_core::EventEnvelope = serde_json::from_str(json).unwrap();
+        assert_eq!(super::parent_span_id(&envelope), Some("00f067aa0ba902b7"));
+        envelope.headers.traceparent = Some("garbage".into());
+        assert_eq!(super::parent_span_id(&envelope), None);
+        envelope.headers.traceparent = None;
+        assert_eq!(super::parent_span_id(&envelope), None);
+    }
+}

@@ -58,6 +58,9 @@ pub(crate) async fn archive_batch<DB: Backend>(
         Some(begin) => pool.begin_with(begin).await?,
         None => pool.begin().await?,
     };
+    if let Some(set) = DB::DIALECT.plan_for_values() {
+        Sql::<DB>::new(set).execute(&mut tx).await?;
+    }
     // Oldest first, one final status at a time, in the order of the (status, update_time)
     // index: each batch reads only the rows it moves, however large the history.
     let mut ids: Vec<i64> = Vec::new();

@@ -68,6 +68,17 @@ impl Dialect {
         }
     }
 
+    /// The statement that makes the rest of a transaction plan each statement for its values.
+    /// PostgreSQL switches a prepared statement to a generic plan after five runs; for an
+    /// `id IN (<1000 values>)` against a table of millions, the generic plan scans the table
+    /// where the values' plan reads 1000 index entries.
+    pub(crate) fn plan_for_values(self) -> Option<&'static str> {
+        match self {
+            Dialect::Postgres => Some("SET LOCAL plan_cache_mode = force_custom_plan"),
+            Dialect::MySql | Dialect::Sqlite => None,
+        }
+    }
+
     /// The guard a claim's UPDATE puts on the status column. On SQLite the unary `+` keeps the
     /// planner from answering it from a status index instead of looking the ids up.
     pub(crate) fn status_guard(self, column: &str) -> String {
