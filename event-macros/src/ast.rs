@@ -13,7 +13,7 @@ use crate::template::{self, Segment};
 
 const ATTR: &str = "domain_event";
 const CONTAINER_KEYS: &str =
-    "`event_type`, `version`, `aggregate`, `event_no`, `compatibility`, `crate`";
+    "`event_type`, `version`, `aggregate`, `event_no`, `compatibility`, `snapshots`, `crate`";
 const MODES: &[&str] = &[
     "NONE",
     "BACKWARD",
@@ -35,6 +35,12 @@ pub(crate) struct Event<'a> {
     pub(crate) compatibility: String,
     pub(crate) fields: Vec<EventField<'a>>,
     pub(crate) aggregate_id: Option<usize>,
+    /// Where `version = N` was written, for errors about it.
+    pub(crate) version_span: Option<Span>,
+    /// `snapshots = "path"`, as written.
+    pub(crate) snapshots: Option<LitStr>,
+    /// `#[serde(default)]` on the struct.
+    pub(crate) serde_default: bool,
 }
 
 /// A named field of the event struct.
@@ -44,6 +50,8 @@ pub(crate) struct EventField<'a> {
     /// serde's name for it, and the other names it accepts.
     pub(crate) serde_name: String,
     pub(crate) aliases: Vec<String>,
+    /// What else serde does with it.
+    pub(crate) serde: crate::serde_names::FieldSerde,
 }
 
 /// The container attribute's keys as written, before defaults.
@@ -52,6 +60,8 @@ struct ContainerAttrs {
     event_type: Option<(String, LitStr)>,
     version: Option<u32>,
     version_seen: bool,
+    version_span: Option<Span>,
+    snapshots: Option<LitStr>,
     aggregate: Option<String>,
     event_no: Option<(Vec<Segment>, LitStr)>,
     event_no_seen: bool,
@@ -123,13 +133,14 @@ impl<'a> Event<'a> {
                     aggregate_id = Some(event_fields.len());
                 }
             }
-            let (serde_name, aliases) =
+            let serde =
                 crate::serde_names::field(&field.attrs, &unraw(ident), rename_all.as_deref());
             event_fields.push(EventField {
                 ident,
                 ty: &field.ty,
-                serde_name,
-                aliases,
+                serde_name: serde.name.clone(),
+                aliases: serde.aliases.clone(),
+                serde,
             });
         }
 
@@ -184,6 +195,9 @@ impl<'a> Event<'a> {
                 .unwrap_or_else(|| "BACKWARD_TRANSITIVE".to_owned()),
             fields: event_fields,
             aggregate_id,
+            version_span: attrs.version_span,
+            snapshots: attrs.snapshots,
+            serde_default: crate::serde_names::container_default(&input.attrs),
         }
     }
 }
@@ -225,6 +239,7 @@ fn read_container_attrs(attrs: &[Attribute], cx: &mut Ctxt) -> ContainerAttrs {
                         return skip_value(&meta);
                     }
                     out.version_seen = true;
+                    out.version_span = Some(meta.path.span());
                     out.version = version_value(&meta, cx)?;
                 }
                 "aggregate" => {
@@ -279,11 +294,20 @@ fn read_container_attrs(attrs: &[Attribute], cx: &mut Ctxt) -> ContainerAttrs {
                         }
                     }
                 }
+                "snapshots" => {
+                    let duplicate = out.snapshots.is_some();
+                    if let Some(lit) = string_value(&meta, "snapshots", "\"schemas\"", cx)? {
+                        if duplicate {
+                            return duplicate_key(&meta, cx);
+                        }
+                        out.snapshots = Some(lit);
+                    }
+                }
                 "aggregate_id" => {
                     cx.error_spanned_by(&meta.path, "`aggregate_id` belongs on a field, not on the struct: put #[domain_event(aggregate_id)] on the field that holds the aggregate's id");
                 }
                 _ => {
-                    let suggestion = closest(&key, &["event_type", "version", "aggregate", "event_no", "compatibility", "crate"])
+                    let suggestion = closest(&key, &["event_type", "version", "aggregate", "event_no", "compatibility", "snapshots", "crate"])
                         .map(|known| format!("did you mean `{known}`? "))
                         .unwrap_or_default();
                     cx.error_spanned_by(&meta.path, format!("unknown domain_event key `{key}`; {suggestion}the keys are {CONTAINER_KEYS}"));

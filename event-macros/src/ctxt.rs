@@ -17,6 +17,11 @@ impl Ctxt {
         self.errors.push(syn::Error::new_spanned(tokens, message));
     }
 
+    /// Records an error at `span`.
+    pub(crate) fn error_at<M: Display>(&mut self, span: proc_macro2::Span, message: M) {
+        self.errors.push(syn::Error::new(span, message));
+    }
+
     /// Records an error that syn already produced.
     pub(crate) fn syn_error(&mut self, error: syn::Error) {
         self.errors.push(error);

@@ -12,11 +12,20 @@ use crate::template::Segment;
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let mut cx = Ctxt::default();
     let event = Event::from_syn(input, &mut cx);
+    let snapshot = crate::snapshot::check(&event, &mut cx);
+    // The snapshot is part of the input: cargo rebuilds the crate when it changes.
+    let depend = snapshot.and_then(|path| {
+        let path = path.to_str()?.to_owned();
+        Some(quote! { const _: &[u8] = ::core::include_bytes!(#path); })
+    });
     match cx.check() {
-        Ok(()) => impl_domain_event(&event),
+        Ok(()) => {
+            let implementation = impl_domain_event(&event);
+            quote! { #implementation #depend }
+        }
         Err(errors) => {
             let fallback = fallback(input, &event);
-            quote! { #errors #fallback }
+            quote! { #errors #fallback #depend }
         }
     }
 }

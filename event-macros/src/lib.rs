@@ -1,15 +1,17 @@
 //! The `#[derive(DomainEvent)]` macro.
 //!
 //! Use it through `event_core` (`use event_core::DomainEvent;`): the generated code refers to the
-//! runtime by absolute paths into that crate. The derive works in three stages, one module each:
+//! runtime by absolute paths into that crate. The derive works in stages, one module each:
 //! `ast` reads the input into a model and collects every error it finds, `template` parses the
-//! `event_no` template, and `expand` writes the impl.
+//! `event_no` template, `snapshot` compares the model with the committed snapshot of its event
+//! type and version, and `expand` writes the impl.
 
 mod ast;
 mod case;
 mod ctxt;
 mod expand;
 mod serde_names;
+mod snapshot;
 mod template;
 
 use proc_macro::TokenStream;

@@ -30,18 +30,45 @@ pub(crate) fn rename_all(attrs: &[Attribute]) -> Option<String> {
     rule
 }
 
-/// The field's name in JSON and its aliases: `#[serde(rename = "..")]`, `#[serde(alias = "..")]`.
-pub(crate) fn field(
-    attrs: &[Attribute],
-    ident: &str,
-    rename_all: Option<&str>,
-) -> (String, Vec<String>) {
+/// What serde does with one field, as far as the payload's JSON shape goes.
+pub(crate) struct FieldSerde {
+    /// Its name in JSON: `#[serde(rename = "..")]`, or the field's name after `rename_all`.
+    pub(crate) name: String,
+    /// Other names it is read from: `#[serde(alias = "..")]`.
+    pub(crate) aliases: Vec<String>,
+    /// `#[serde(skip)]` or `skip_deserializing`: never read from the payload.
+    pub(crate) skipped: bool,
+    /// `#[serde(flatten)]`: its fields are the payload's own.
+    pub(crate) flatten: bool,
+    /// `#[serde(default)]` or `default = ".."`: a payload without it still reads.
+    pub(crate) default: bool,
+    /// `with`, `deserialize_with` or `serialize_with`: its JSON shape is not its Rust type's.
+    pub(crate) custom: bool,
+}
+
+/// Reads a field's `#[serde(...)]` (and `#[schemars(with = ..)]`, which changes its schema).
+pub(crate) fn field(attrs: &[Attribute], ident: &str, rename_all: Option<&str>) -> FieldSerde {
     let mut name = None;
-    let mut aliases = Vec::new();
+    let mut out = FieldSerde {
+        name: String::new(),
+        aliases: Vec::new(),
+        skipped: false,
+        flatten: false,
+        default: false,
+        custom: false,
+    };
+    for attr in attrs.iter().filter(|a| a.path().is_ident("schemars")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("with") || meta.path.is_ident("schema_with") {
+                out.custom = true;
+            }
+            skip(&meta)
+        });
+    }
     for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
         let _ = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("alias") {
-                aliases.push(meta.value()?.parse::<LitStr>()?.value());
+                out.aliases.push(meta.value()?.parse::<LitStr>()?.value());
             } else if meta.path.is_ident("rename") {
                 if meta.input.peek(syn::Token![=]) {
                     name = Some(meta.value()?.parse::<LitStr>()?.value());
@@ -55,13 +82,32 @@ pub(crate) fn field(
                     })?;
                 }
             } else {
+                let is = |key: &str| meta.path.is_ident(key);
+                out.skipped |= is("skip") || is("skip_deserializing");
+                out.flatten |= is("flatten");
+                out.default |= is("default");
+                out.custom |= is("with") || is("deserialize_with") || is("serialize_with");
                 skip(&meta)?;
             }
             Ok(())
         });
     }
-    let name = name.unwrap_or_else(|| apply(rename_all, ident));
-    (name, aliases)
+    out.name = name.unwrap_or_else(|| apply(rename_all, ident));
+    out
+}
+
+/// `#[serde(default)]` on the struct: every missing field reads as its default.
+pub(crate) fn container_default(attrs: &[Attribute]) -> bool {
+    let mut default = false;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("default") {
+                default = true;
+            }
+            skip(&meta)
+        });
+    }
+    default
 }
 
 /// Passes over a serde key this reader does not need (`key = value` or `key(...)`).
