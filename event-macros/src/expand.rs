@@ -13,11 +13,16 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let mut cx = Ctxt::default();
     let event = Event::from_syn(input, &mut cx);
     let snapshot = crate::snapshot::check(&event, &mut cx);
-    // The snapshot is part of the input: cargo rebuilds the crate when it changes.
-    let depend = snapshot.and_then(|path| {
+    // The snapshot and the variable that moves or disables the check are part of the input:
+    // cargo rebuilds the crate when either changes.
+    let file = snapshot.and_then(|path| {
         let path = path.to_str()?.to_owned();
         Some(quote! { const _: &[u8] = ::core::include_bytes!(#path); })
     });
+    let depend = quote! {
+        const _: ::core::option::Option<&str> = ::core::option_env!("EVENT_SNAPSHOT_DIR");
+        #file
+    };
     match cx.check() {
         Ok(()) => {
             let implementation = impl_domain_event(&event);

@@ -36,7 +36,10 @@ const MAX_BYTES: u64 = 8 * 1024 * 1024;
 pub(crate) fn check(event: &Event<'_>, cx: &mut Ctxt) -> Option<PathBuf> {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     let env = std::env::var(DIR_VAR).ok();
-    if env.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("off")) {
+    if env
+        .as_deref()
+        .is_some_and(|v| v.eq_ignore_ascii_case("off"))
+    {
         return None;
     }
     let dir = normalize(&match (&event.snapshots, env) {
@@ -190,7 +193,9 @@ fn compare(event: &Event<'_>, snapshot: &Value, shown: &str, cx: &mut Ctxt) {
     if !flattened {
         let produced: BTreeSet<&str> = read
             .iter()
-            .flat_map(|f| std::iter::once(f.serde_name.as_str()).chain(f.aliases.iter().map(String::as_str)))
+            .flat_map(|f| {
+                std::iter::once(f.serde_name.as_str()).chain(f.aliases.iter().map(String::as_str))
+            })
             .collect();
         let now: Vec<&str> = read.iter().map(|f| f.serde_name.as_str()).collect();
         for property in properties.keys().filter(|p| !produced.contains(*p)) {
