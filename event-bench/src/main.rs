@@ -10,6 +10,7 @@
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
 mod delivery;
+mod derive_build;
 mod reconcile;
 mod sql;
 
@@ -61,6 +62,10 @@ struct Args {
     /// both tables (benches/results/reconcile.json).
     #[arg(long)]
     reconcile: bool,
+    /// Instead of the outbox: compile a crate of this many derived events with their snapshots
+    /// and without (benches/results/derive-build.json).
+    #[arg(long)]
+    derive_build: Option<usize>,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -127,6 +132,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.archive {
         return archive_bench(&args).await;
+    }
+    if let Some(events) = args.derive_build {
+        return derive_build::run(events);
     }
     if args.reconcile {
         return reconcile::run(&args.backend, args.published).await;
