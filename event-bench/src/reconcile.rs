@@ -25,6 +25,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Rows per page, for the reconciliation and for the scans it is measured against.
+const PAGE: u32 = 1000;
+
 pub(crate) async fn run(backend: &str, events: i64) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let all = backend == "all";
@@ -83,8 +86,8 @@ async fn one<DB: BenchDb>(
 
     // The baseline: one keyset scan of each table, in pages of the same size.
     let started = Instant::now();
-    let outbox_rows = DB::scan_outbox(db.pool(), 1000).await?;
-    let inbox_rows = DB::scan_inbox(db.pool(), "bench", 1000).await?;
+    let outbox_rows = DB::scan_outbox(db.pool(), PAGE.into()).await?;
+    let inbox_rows = DB::scan_inbox(db.pool(), "bench", PAGE.into()).await?;
     let scan_secs = started.elapsed().as_secs_f64();
     anyhow::ensure!(
         outbox_rows == events as u64,
@@ -99,6 +102,7 @@ async fn one<DB: BenchDb>(
         Reconcile::consumer("bench")
             .since(Duration::from_secs(2 * 24 * 3600))
             .grace(Duration::ZERO)
+            .page(PAGE)
             .progress(move |_| {
                 peak.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
             })
@@ -124,6 +128,7 @@ async fn one<DB: BenchDb>(
         "keysetScanSeconds": scan_secs,
         "reconcileSeconds": reconcile_secs,
         "reconcileVsScan": reconcile_secs / scan_secs,
+        "page": PAGE,
         "missingFound": report.totals.missing,
         "residentMemoryGrowthKiB": grew,
     }))

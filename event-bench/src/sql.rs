@@ -301,7 +301,9 @@ impl_bench_db!(
     sqlx::Sqlite,
     i64,
     "({} || CAST({} AS TEXT))",
-    "DELETE FROM biz_outbox_event",
+    // DELETE leaves the file full of free pages that the next fill scatters rows over; VACUUM
+    // gives back a file as compact as a fresh one, as TRUNCATE does on the servers.
+    "DELETE FROM biz_outbox_event; VACUUM",
     "ANALYZE",
     "ANALYZE",
     "CREATE TABLE bench_ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, account_id INTEGER NOT NULL, amount INTEGER NOT NULL)"

@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use clap::Subcommand;
 use event_sqlx::{Backend, MessageRecord, MessageStore};
 
-use crate::check::{self, Threshold};
+use crate::check::{Backlog, BacklogLimits};
 use crate::db::with_outbox;
 use crate::{DbArgs, output};
 
@@ -34,18 +34,8 @@ pub(crate) enum MessagesCommand {
     Check {
         #[command(flatten)]
         db: DbArgs,
-        /// Crossed when the oldest pending message has waited longer than this (e.g. 5m).
-        #[arg(long, value_parser = crate::args::duration)]
-        max_oldest_pending: Option<Duration>,
-        /// Crossed when more messages than this are pending.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_pending: Option<i64>,
-        /// Crossed when more messages than this are failed.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_failed: Option<i64>,
-        /// Crossed when more messages than this are stuck in progress (see --stuck-after).
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_stuck: Option<i64>,
+        #[command(flatten)]
+        limits: BacklogLimits,
         /// A message in progress for longer than this counts as stuck.
         #[arg(long, default_value = "10m", value_parser = crate::args::duration)]
         stuck_after: Duration,
@@ -161,26 +151,19 @@ async fn run_messages<DB: Backend>(
             }
         }
         MessagesCommand::Check {
-            max_oldest_pending,
-            max_pending,
-            max_failed,
-            max_stuck,
+            limits,
             stuck_after,
             ..
         } => {
             let health = store.health(stuck_after).await?;
-            let oldest = health.oldest_pending_seconds.unwrap_or(0);
-            return check::report(
-                vec![
-                    max_oldest_pending.map(|l| Threshold::age("oldest pending age (s)", oldest, l)),
-                    max_pending.map(|l| Threshold::count("pending", health.pending, l)),
-                    max_failed.map(|l| Threshold::count("failed", health.failed, l)),
-                    max_stuck.map(|l| Threshold::count("stuck in progress", health.stuck, l)),
-                ],
-                &health,
-                json,
-                "--max-oldest-pending, --max-pending, --max-failed, --max-stuck",
-            );
+            let backlog = Backlog {
+                oldest_pending_seconds: health.oldest_pending_seconds,
+                pending: health.pending,
+                failed: health.failed,
+                stuck: health.stuck,
+                stuck_name: "stuck in progress",
+            };
+            return limits.report(&backlog, &health, json);
         }
         MessagesCommand::Pending { limit, .. } => {
             print_messages(&store.pending(limit).await?, json)?

@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use clap::{Args, Subcommand};
 use event_sqlx::{Backend, Lease, Outbox, OutboxRecord, RelayConfig};
 
-use crate::check::{self, Threshold};
+use crate::check::{Backlog, BacklogLimits};
 use crate::db::{self, with_outbox};
 use crate::{DbArgs, output};
 
@@ -247,18 +247,8 @@ pub(crate) enum OutboxCommand {
     Check {
         #[command(flatten)]
         db: DbArgs,
-        /// Crossed when the oldest pending event has waited longer than this (e.g. 5m).
-        #[arg(long, value_parser = crate::args::duration)]
-        max_oldest_pending: Option<Duration>,
-        /// Crossed when more events than this are pending.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_pending: Option<i64>,
-        /// Crossed when more events than this are failed.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_failed: Option<i64>,
-        /// Crossed when more events than this are held by leases that expired.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
-        max_stuck: Option<i64>,
+        #[command(flatten)]
+        limits: BacklogLimits,
     },
     /// Move published and cancelled events older than a retention to biz_outbox_event_archive,
     /// in batches, beside live relays.
@@ -409,26 +399,16 @@ async fn run_outbox<DB: Backend>(
                 print_leases(&leases);
             }
         }
-        OutboxCommand::Check {
-            max_oldest_pending,
-            max_pending,
-            max_failed,
-            max_stuck,
-            ..
-        } => {
+        OutboxCommand::Check { limits, .. } => {
             let health = outbox.health().await?;
-            let oldest = health.oldest_pending_seconds.unwrap_or(0);
-            return check::report(
-                vec![
-                    max_oldest_pending.map(|l| Threshold::age("oldest pending age (s)", oldest, l)),
-                    max_pending.map(|l| Threshold::count("pending", health.pending, l)),
-                    max_failed.map(|l| Threshold::count("failed", health.failed, l)),
-                    max_stuck.map(|l| Threshold::count("expired leases", health.expired_leases, l)),
-                ],
-                &health,
-                json,
-                "--max-oldest-pending, --max-pending, --max-failed, --max-stuck",
-            );
+            let backlog = Backlog {
+                oldest_pending_seconds: health.oldest_pending_seconds,
+                pending: health.pending,
+                failed: health.failed,
+                stuck: health.expired_leases,
+                stuck_name: "expired leases",
+            };
+            return limits.report(&backlog, &health, json);
         }
         OutboxCommand::Archive(args) => return crate::archive::outbox(outbox, &args).await,
         OutboxCommand::Pending { limit, .. } => print_records(&outbox.pending(limit).await?, json)?,

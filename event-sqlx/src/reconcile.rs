@@ -1,10 +1,11 @@
 //! End-to-end reconciliation (seed 003): were the events the producer published consumed?
 //!
 //! The producer's published events are read in keyset pages of key columns (no payload), and
-//! each page is looked up in the consumer's inbox and quarantine by their unique keys, so the
-//! memory used is one page plus the listed findings, however many rows each side holds.
+//! each page is looked up in the consumer's inbox and quarantine by their unique keys while the
+//! next page is read, so the memory used is two pages plus the listed findings, however many
+//! rows each side holds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::outbox::{Outbox, RepublishReport};
 use crate::publisher::{ChannelPublisher, Publisher};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox as inbox_sql;
-use crate::sql::outbox::{self as outbox_sql, Select};
+use crate::sql::outbox::{self as outbox_sql, PublishedKey, Select};
 use crate::status::QuarantineStatus;
 use crate::table::TableName;
 
@@ -215,7 +216,6 @@ impl<DB: Backend> Outbox<DB> {
         let from = before(now, options.since);
         let settled = before(now, options.grace);
         let run = now.timestamp_micros();
-        let table = &self.config().table;
         let mut report = ReconcileReport {
             consumer: options.consumer.clone(),
             from: Some(from),
@@ -223,50 +223,24 @@ impl<DB: Backend> Outbox<DB> {
             republished: publisher.map(|_| RepublishReport::default()),
             ..ReconcileReport::default()
         };
-        let mut after_id = 0;
-        loop {
-            let page = {
-                let mut conn = self.conn().await?;
-                outbox_sql::published_keys::<DB>(
-                    &mut conn,
-                    table,
-                    &options.event_types,
-                    from,
-                    now,
-                    after_id,
-                    i64::from(options.page),
-                )
-                .await
-                .map_err(|e| self.db_error(e))?
-            };
-            let Some(last) = page.last() else { break };
-            after_id = last.id;
-            let ids: Vec<&str> = page.iter().map(|k| k.event_no.as_str()).collect();
-            let (consumed, quarantined) = {
-                let mut conn = consumer_pool
-                    .acquire()
-                    .await
-                    .map_err(|e| Error::database(&options.inbox, e))?;
-                let consumed = inbox_sql::consumed_among::<C>(
-                    &mut conn,
-                    &options.inbox,
-                    &options.consumer,
-                    &ids,
-                )
-                .await
-                .map_err(|e| Error::database(&options.inbox, e))?;
-                let quarantined = inbox_sql::quarantined_among::<C>(
-                    &mut conn,
-                    &options.quarantine,
-                    &options.consumer,
-                    &ids,
-                )
-                .await
-                .map_err(|e| Error::database(&options.quarantine, e))?;
-                (consumed, quarantined)
-            };
-            let consumed: std::collections::HashSet<String> = consumed.into_iter().collect();
-            let quarantined: HashMap<String, QuarantineStatus> = quarantined.into_iter().collect();
+        // Each page is looked up in the consumer's tables while the next one is read from the
+        // outbox, on another connection.
+        let window = Window { from, to: now };
+        let mut page = self.published_page(options, window, 0).await?;
+        while let Some(last) = page.last() {
+            let full = page.len() == options.page as usize;
+            let after_id = last.id;
+            let (next, found) = tokio::join!(
+                async {
+                    if full {
+                        self.published_page(options, window, after_id).await
+                    } else {
+                        Ok(Vec::new())
+                    }
+                },
+                lookup(consumer_pool, options, &page)
+            );
+            let (consumed, quarantined) = found?;
             let mut to_republish = Vec::new();
             for key in &page {
                 let mut totals = ReconcileTotals {
@@ -306,10 +280,72 @@ impl<DB: Backend> Outbox<DB> {
             if let Some(progress) = &options.progress {
                 progress(report.totals.published);
             }
-            if page.len() < options.page as usize {
-                break;
-            }
+            page = next?;
         }
         Ok(report)
     }
+
+    /// A keyset page of published keys in `window`, after `after_id`.
+    async fn published_page(
+        &self,
+        options: &Reconcile,
+        window: Window,
+        after_id: i64,
+    ) -> Result<Vec<PublishedKey>, Error> {
+        let mut conn = self.conn().await?;
+        outbox_sql::published_keys::<DB>(
+            &mut conn,
+            &self.config().table,
+            &options.event_types,
+            window.from,
+            window.to,
+            after_id,
+            i64::from(options.page),
+        )
+        .await
+        .map_err(|e| self.db_error(e))
+    }
+}
+
+/// Events created in `[from, to)`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+}
+
+/// Which of `page` the consumer recorded as consumed, and, of the others, which it quarantined:
+/// the inbox first, the quarantine only for what the inbox does not hold (nothing, in a healthy
+/// system).
+async fn lookup<C: Backend>(
+    consumer_pool: &Pool<C>,
+    options: &Reconcile,
+    page: &[PublishedKey],
+) -> Result<(HashSet<String>, HashMap<String, QuarantineStatus>), Error> {
+    let ids: Vec<&str> = page.iter().map(|k| k.event_no.as_str()).collect();
+    let mut conn = consumer_pool
+        .acquire()
+        .await
+        .map_err(|e| Error::database(&options.inbox, e))?;
+    let consumed: HashSet<String> =
+        inbox_sql::consumed_among::<C>(&mut conn, &options.inbox, &options.consumer, &ids)
+            .await
+            .map_err(|e| Error::database(&options.inbox, e))?
+            .into_iter()
+            .collect();
+    let unseen: Vec<&str> = ids
+        .into_iter()
+        .filter(|id| !consumed.contains(*id))
+        .collect();
+    let quarantined = inbox_sql::quarantined_among::<C>(
+        &mut conn,
+        &options.quarantine,
+        &options.consumer,
+        &unseen,
+    )
+    .await
+    .map_err(|e| Error::database(&options.quarantine, e))?
+    .into_iter()
+    .collect();
+    Ok((consumed, quarantined))
 }

@@ -367,6 +367,14 @@ impl<DB: Backend> Sql<DB> {
         self.push(")")
     }
 
+    /// Appends a membership test in `values` for the column before it: ` = ANY($n)` with one
+    /// array bound on PostgreSQL, ` IN (...)` with each value bound elsewhere. `values` must not
+    /// be empty.
+    pub(crate) fn in_strs(&mut self, values: &[&str]) -> &mut Self {
+        DB::push_in_strs(&mut self.0, values);
+        self
+    }
+
     /// Runs the statement on `conn`; the number of rows it changed.
     pub(crate) async fn execute(self, conn: &mut DB::Connection) -> Result<u64, sqlx::Error> {
         DB::execute(conn, self).await
@@ -438,6 +446,8 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn bind(q: &mut QueryBuilder<Self>, value: Value<'_>);
     #[doc(hidden)]
+    fn push_in_strs(q: &mut QueryBuilder<Self>, values: &[&str]);
+    #[doc(hidden)]
     fn execute(
         conn: &mut Self::Connection,
         sql: Sql<Self>,
@@ -480,8 +490,33 @@ mod sealed {
 
 /// Implements [`Backend`] for one database: `id` is the Rust type of its `BIGINT` ids, `status`
 /// that of its `TINYINT` status columns, `migrations` the folder its migrations are embedded from.
+/// ` = ANY(<one text[] bound>)` (PostgreSQL: one value to bind and one plan, however many
+/// strings) or ` IN (<each string bound>)`.
+macro_rules! in_strs {
+    (array, $q:ident, $values:ident) => {{
+        $q.push(" = ANY(");
+        $q.push_bind(
+            $values
+                .iter()
+                .map(|v| (*v).to_owned())
+                .collect::<Vec<String>>(),
+        );
+        $q.push(")");
+    }};
+    (list, $q:ident, $values:ident) => {{
+        $q.push(" IN (");
+        for (i, value) in $values.iter().enumerate() {
+            if i > 0 {
+                $q.push(", ");
+            }
+            $q.push_bind(*value);
+        }
+        $q.push(")");
+    }};
+}
+
 macro_rules! impl_backend {
-    ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal) => {
+    ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal, strings = $strings:ident) => {
         impl sealed::Sealed for $db {}
 
         impl Backend for $db {
@@ -499,6 +534,10 @@ macro_rules! impl_backend {
                 migrator.dangerous_set_table_name("event_toolkit_migrations");
                 migrator.set_ignore_missing(true);
                 migrator.run(pool).await
+            }
+
+            fn push_in_strs(q: &mut QueryBuilder<$db>, values: &[&str]) {
+                in_strs!($strings, q, values);
             }
 
             fn bind(q: &mut QueryBuilder<$db>, value: Value<'_>) {
@@ -567,7 +606,8 @@ impl_backend!(
     Dialect::Postgres,
     id = i64,
     status = i16,
-    migrations = "migrations/postgres"
+    migrations = "migrations/postgres",
+    strings = array
 );
 #[cfg(feature = "mysql")]
 impl_backend!(
@@ -575,7 +615,8 @@ impl_backend!(
     Dialect::MySql,
     id = u64,
     status = i64,
-    migrations = "migrations/mysql"
+    migrations = "migrations/mysql",
+    strings = list
 );
 #[cfg(feature = "sqlite")]
 impl_backend!(
@@ -583,5 +624,6 @@ impl_backend!(
     Dialect::Sqlite,
     id = i64,
     status = i64,
-    migrations = "migrations/sqlite"
+    migrations = "migrations/sqlite",
+    strings = list
 );

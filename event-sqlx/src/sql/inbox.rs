@@ -340,9 +340,7 @@ pub(crate) async fn consumed_among<DB: Backend>(
         return Ok(Vec::new());
     }
     let mut q = Sql::<DB>::new(format!("SELECT event_id FROM {table} WHERE consumer = "));
-    q.bind(consumer)
-        .push(" AND event_id IN ")
-        .list(event_ids.iter().copied());
+    q.bind(consumer).push(" AND event_id").in_strs(event_ids);
     q.fetch(conn)
         .await?
         .iter()
@@ -363,9 +361,7 @@ pub(crate) async fn quarantined_among<DB: Backend>(
     let mut q = Sql::<DB>::new(format!(
         "SELECT event_id, status FROM {table} WHERE consumer = "
     ));
-    q.bind(consumer)
-        .push(" AND event_id IN ")
-        .list(event_ids.iter().copied());
+    q.bind(consumer).push(" AND event_id").in_strs(event_ids);
     q.fetch(conn)
         .await?
         .iter()
