@@ -32,9 +32,8 @@ pub struct ArchiveReport {
 /// with the rows moved so far after each batch. A batch whose connection drops is tried again
 /// on a fresh one for up to 30 s: it committed whole or not at all.
 ///
-/// After each batch it pauses as long as the batch took, so that it holds the database at most
-/// half the time and live relays beside it keep most of their rate (measured in the archive
-/// benchmark): retention is background work.
+/// After each batch it pauses, so that live relays beside it keep most of their rate (measured
+/// in the archive benchmark): retention is background work. See [`Pacer`].
 pub(crate) async fn run<DB: Backend>(
     pool: &Pool<DB>,
     table: Archived<'_>,
@@ -50,6 +49,7 @@ pub(crate) async fn run<DB: Backend>(
         batches: 0,
         cutoff,
     };
+    let mut pacer = Pacer::default();
     loop {
         let started = tokio::time::Instant::now();
         let deadline = started + Duration::from_secs(30);
@@ -68,7 +68,52 @@ pub(crate) async fn run<DB: Backend>(
         if i64::try_from(picked).unwrap_or(i64::MAX) < limit {
             return Ok(report);
         }
-        tokio::time::sleep(started.elapsed()).await;
+        tokio::time::sleep(pacer.pause(started.elapsed(), picked)).await;
+    }
+}
+
+/// How long the archiver rests after a batch. A batch that took longer per row than the
+/// fastest one so far met other work in the database (relays, commands, a lock held by a
+/// writer): the archiver then rests three times the excess, giving that work the database. It
+/// always rests a quarter of the batch's time, so that writers waiting for a lock (SQLite has
+/// one writer) get their turn even before the archiver notices them.
+#[derive(Debug, Default)]
+struct Pacer {
+    fastest_per_row: Option<Duration>,
+}
+
+impl Pacer {
+    fn pause(&mut self, took: Duration, rows: usize) -> Duration {
+        let rows = u32::try_from(rows.max(1)).unwrap_or(u32::MAX);
+        let per_row = took / rows;
+        let fastest = self.fastest_per_row.map_or(per_row, |f| f.min(per_row));
+        self.fastest_per_row = Some(fastest);
+        let excess = took.saturating_sub(fastest * rows);
+        took / 4 + excess * 3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Pacer;
+
+    #[test]
+    fn the_archiver_rests_more_when_its_batches_slow_down() {
+        let mut pacer = Pacer::default();
+        let ms = Duration::from_millis;
+        // Alone: a quarter of the batch's time.
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
+        // Half again as slow: others are busy; it rests three times the 50 ms excess on top.
+        assert_eq!(
+            pacer.pause(ms(150), 1000),
+            ms(37) + Duration::from_micros(500) + ms(150)
+        );
+        // A faster batch becomes the new measure.
+        assert_eq!(pacer.pause(ms(40), 500), ms(10));
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25) + ms(60));
     }
 }
 
