@@ -93,30 +93,6 @@ impl Pacer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::Pacer;
-
-    #[test]
-    fn the_archiver_rests_more_when_its_batches_slow_down() {
-        let mut pacer = Pacer::default();
-        let ms = Duration::from_millis;
-        // Alone: a quarter of the batch's time.
-        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
-        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
-        // Half again as slow: others are busy; it rests three times the 50 ms excess on top.
-        assert_eq!(
-            pacer.pause(ms(150), 1000),
-            ms(37) + Duration::from_micros(500) + ms(150)
-        );
-        // A faster batch becomes the new measure.
-        assert_eq!(pacer.pause(ms(40), 500), ms(10));
-        assert_eq!(pacer.pause(ms(100), 1000), ms(25) + ms(60));
-    }
-}
-
 /// How many rows an archive run at `cutoff` would move.
 pub(crate) async fn archivable<DB: Backend>(
     pool: &Pool<DB>,
@@ -154,5 +130,29 @@ pub(crate) async fn purge<DB: Backend>(
         if deleted < u64::from(limit) {
             return Ok(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Pacer;
+
+    #[test]
+    fn the_archiver_rests_more_when_its_batches_slow_down() {
+        let mut pacer = Pacer::default();
+        let ms = Duration::from_millis;
+        // Alone: a quarter of the batch's time.
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25));
+        // Half again as slow: others are busy; it rests three times the 50 ms excess on top.
+        assert_eq!(
+            pacer.pause(ms(150), 1000),
+            ms(37) + Duration::from_micros(500) + ms(150)
+        );
+        // A faster batch becomes the new measure.
+        assert_eq!(pacer.pause(ms(40), 500), ms(10));
+        assert_eq!(pacer.pause(ms(100), 1000), ms(25) + ms(60));
     }
 }
