@@ -240,7 +240,7 @@ impl<DB: Backend> Outbox<DB> {
                 },
                 lookup(consumer_pool, options, &page)
             );
-            let (consumed, quarantined) = found?;
+            let (unseen, quarantined) = found?;
             let mut to_republish = Vec::new();
             for key in &page {
                 let mut totals = ReconcileTotals {
@@ -253,7 +253,7 @@ impl<DB: Backend> Outbox<DB> {
                     published_time: key.published_time,
                     quarantine: quarantined.get(&key.event_no).copied(),
                 };
-                if consumed.contains(&key.event_no) {
+                if !unseen.contains(&key.event_no) {
                     totals.consumed = 1;
                 } else if quarantined.contains_key(&key.event_no) {
                     totals.quarantined = 1;
@@ -314,9 +314,8 @@ struct Window {
     to: DateTime<Utc>,
 }
 
-/// Which of `page` the consumer recorded as consumed, and, of the others, which it quarantined:
-/// the inbox first, the quarantine only for what the inbox does not hold (nothing, in a healthy
-/// system).
+/// Which of `page` the consumer has not recorded as consumed, and which of those it quarantined:
+/// the quarantine is asked only about what the inbox lacks (nothing, in a healthy system).
 async fn lookup<C: Backend>(
     consumer_pool: &Pool<C>,
     options: &Reconcile,
@@ -327,25 +326,22 @@ async fn lookup<C: Backend>(
         .acquire()
         .await
         .map_err(|e| Error::database(&options.inbox, e))?;
-    let consumed: HashSet<String> =
-        inbox_sql::consumed_among::<C>(&mut conn, &options.inbox, &options.consumer, &ids)
+    let unseen: HashSet<String> =
+        inbox_sql::unconsumed_among::<C>(&mut conn, &options.inbox, &options.consumer, &ids)
             .await
             .map_err(|e| Error::database(&options.inbox, e))?
             .into_iter()
             .collect();
-    let unseen: Vec<&str> = ids
-        .into_iter()
-        .filter(|id| !consumed.contains(*id))
-        .collect();
+    let unseen_ids: Vec<&str> = unseen.iter().map(String::as_str).collect();
     let quarantined = inbox_sql::quarantined_among::<C>(
         &mut conn,
         &options.quarantine,
         &options.consumer,
-        &unseen,
+        &unseen_ids,
     )
     .await
     .map_err(|e| Error::database(&options.quarantine, e))?
     .into_iter()
     .collect();
-    Ok((consumed, quarantined))
+    Ok((unseen, quarantined))
 }

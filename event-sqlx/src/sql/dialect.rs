@@ -375,6 +375,12 @@ impl<DB: Backend> Sql<DB> {
         self
     }
 
+    /// Appends one bound array of `values` (PostgreSQL only: elsewhere the values as a list).
+    pub(crate) fn str_array(&mut self, values: &[&str]) -> &mut Self {
+        DB::push_str_array(&mut self.0, values);
+        self
+    }
+
     /// Runs the statement on `conn`; the number of rows it changed.
     pub(crate) async fn execute(self, conn: &mut DB::Connection) -> Result<u64, sqlx::Error> {
         DB::execute(conn, self).await
@@ -448,6 +454,8 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn push_in_strs(q: &mut QueryBuilder<Self>, values: &[&str]);
     #[doc(hidden)]
+    fn push_str_array(q: &mut QueryBuilder<Self>, values: &[&str]);
+    #[doc(hidden)]
     fn execute(
         conn: &mut Self::Connection,
         sql: Sql<Self>,
@@ -515,6 +523,26 @@ macro_rules! in_strs {
     }};
 }
 
+/// One bound `text[]` (PostgreSQL), or, where there are no arrays, the values as a list.
+macro_rules! str_array {
+    (array, $q:ident, $values:ident) => {{
+        $q.push_bind(
+            $values
+                .iter()
+                .map(|v| (*v).to_owned())
+                .collect::<Vec<String>>(),
+        );
+    }};
+    (list, $q:ident, $values:ident) => {{
+        for (i, value) in $values.iter().enumerate() {
+            if i > 0 {
+                $q.push(", ");
+            }
+            $q.push_bind(*value);
+        }
+    }};
+}
+
 macro_rules! impl_backend {
     ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal, strings = $strings:ident) => {
         impl sealed::Sealed for $db {}
@@ -538,6 +566,10 @@ macro_rules! impl_backend {
 
             fn push_in_strs(q: &mut QueryBuilder<$db>, values: &[&str]) {
                 in_strs!($strings, q, values);
+            }
+
+            fn push_str_array(q: &mut QueryBuilder<$db>, values: &[&str]) {
+                str_array!($strings, q, values);
             }
 
             fn bind(q: &mut QueryBuilder<$db>, value: Value<'_>) {

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use event_core::EventEnvelope;
 
-use super::dialect::{Backend, Columns, Merge, Sql};
+use super::dialect::{Backend, Columns, Dialect, Merge, Sql};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::status::{FailureClass, QuarantineStatus};
 use crate::table::TableName;
@@ -327,6 +327,61 @@ pub(crate) async fn mark_replayed<DB: Backend>(
         .bind(id)
         .push(format!(" AND status IN ({QUARANTINED}, {REQUEUED})"));
     q.execute(conn).await
+}
+
+/// Which of `event_ids` `consumer` has not recorded as consumed. PostgreSQL and SQLite answer
+/// with the missing ones alone (an anti-join over one bound array, or one JSON array), so a
+/// healthy page sends nothing back; on MySQL the consumed ones are read and taken away.
+pub(crate) async fn unconsumed_among<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    event_ids: &[&str],
+) -> Result<Vec<String>, sqlx::Error> {
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = match DB::DIALECT {
+        Dialect::Postgres => {
+            let mut q = Sql::<DB>::new("SELECT u.event_id FROM unnest(".to_owned());
+            q.str_array(event_ids).push(") AS u(event_id)");
+            q
+        }
+        Dialect::Sqlite => {
+            // One JSON array bound, read back as rows: one value to bind however long the page.
+            let list =
+                serde_json::to_string(event_ids).map_err(|e| sqlx::Error::Encode(e.into()))?;
+            let mut q = Sql::<DB>::new("SELECT u.value AS event_id FROM json_each(".to_owned());
+            q.bind(list.as_str()).push(") AS u");
+            q
+        }
+        Dialect::MySql => {
+            let consumed: std::collections::HashSet<String> =
+                consumed_among::<DB>(conn, table, consumer, event_ids)
+                    .await?
+                    .into_iter()
+                    .collect();
+            return Ok(event_ids
+                .iter()
+                .filter(|id| !consumed.contains(**id))
+                .map(|id| (*id).to_owned())
+                .collect());
+        }
+    };
+    let key = match DB::DIALECT {
+        Dialect::Sqlite => "u.value",
+        Dialect::Postgres | Dialect::MySql => "u.event_id",
+    };
+    q.push(format!(
+        " WHERE NOT EXISTS (SELECT 1 FROM {table} c WHERE c.consumer = "
+    ))
+    .bind(consumer)
+    .push(format!(" AND c.event_id = {key})"));
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| Columns::<DB>(row).string("event_id"))
+        .collect()
 }
 
 /// Which of `event_ids` `consumer` recorded as consumed.
