@@ -133,6 +133,55 @@ async fn reconciliation_finds_what_was_withheld<DB: Orders>(db: &TestDb<DB>) {
     let report = outbox.reconcile(db.pool(), &options).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(report.totals.consumed, ORDERS as u64);
+
+    // An entry requeued for a consumer that has no handler for its type goes back to the
+    // quarantine with the reason, instead of being requeued for ever.
+    let strict = Consumer::new(db.pool().clone(), "audit", "1.0.0")
+        .unknown_events(event_sqlx::UnknownEvents::Quarantine)
+        .on(
+            async |_tx: &mut DB::Connection, _paid: Delivered<event_tests::fixtures::OrderPaid>| {
+                Ok(())
+            },
+        );
+    let (publisher, mut again) = ChannelPublisher::channel(ORDERS);
+    outbox
+        .republish(
+            &event_sqlx::Republish {
+                aggregate: Some(("ORDER", "o-2")),
+                ..Default::default()
+            },
+            &publisher,
+        )
+        .await
+        .unwrap();
+    let message = again.try_recv().unwrap();
+    assert!(matches!(
+        strict.receive(&body(&message), None).await.unwrap(),
+        Processed::Quarantined(_)
+    ));
+    let quarantine = Quarantine::new(db.pool().clone());
+    assert_eq!(
+        quarantine
+            .requeue("audit", &QuarantineFilter::default())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(strict.replay_requeued().await.unwrap(), 0);
+    assert_eq!(strict.replay_requeued().await.unwrap(), 0);
+    let entry = quarantine
+        .entries(Some("audit"), None, &QuarantineFilter::default(), 0, 10)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(entry.status, QuarantineStatus::Quarantined);
+    assert!(
+        entry
+            .reason
+            .contains("has no handler for event type ORDER_PLACED"),
+        "{}",
+        entry.reason
+    );
 }
 
 macro_rules! on_every_backend {

@@ -72,11 +72,17 @@ pub(crate) async fn run<DB: Backend>(
     }
 }
 
+/// The longest rest between two batches.
+const MAX_REST: Duration = Duration::from_secs(5);
+
 /// How long the archiver rests after a batch. A batch that took longer per row than the
 /// fastest one so far met other work in the database (relays, commands, a lock held by a
 /// writer): the archiver then rests three times the excess, giving that work the database. It
 /// always rests a quarter of the batch's time, so that writers waiting for a lock (SQLite has
 /// one writer) get their turn even before the archiver notices them.
+///
+/// A rest never exceeds [`MAX_REST`], so a batch that waited long on a lock does not stall the
+/// run for minutes.
 #[derive(Debug, Default)]
 struct Pacer {
     fastest_per_row: Option<Duration>,
@@ -89,7 +95,7 @@ impl Pacer {
         let fastest = self.fastest_per_row.map_or(per_row, |f| f.min(per_row));
         self.fastest_per_row = Some(fastest);
         let excess = took.saturating_sub(fastest * rows);
-        took / 4 + excess * 3
+        (took / 4 + excess * 3).min(MAX_REST)
     }
 }
 
@@ -154,5 +160,7 @@ mod tests {
         // A faster batch becomes the new measure.
         assert_eq!(pacer.pause(ms(40), 500), ms(10));
         assert_eq!(pacer.pause(ms(100), 1000), ms(25) + ms(60));
+        // A batch that waited a minute on a lock: the rest is capped.
+        assert_eq!(pacer.pause(ms(60_000), 1000), super::MAX_REST);
     }
 }

@@ -461,12 +461,38 @@ impl<DB: Backend, R> Consumer<DB, R> {
                     UnknownEvents::Ignore,
                 )
                 .await?;
-            if matches!(outcome, Processed::Applied | Processed::Duplicate) {
-                let mut conn = self.conn().await?;
-                sql::mark_replayed::<DB>(&mut conn, &self.quarantine, record.id, self.inbox.now())
+            let mut conn = self.conn().await?;
+            match outcome {
+                Processed::Applied | Processed::Duplicate => {
+                    sql::mark_replayed::<DB>(
+                        &mut conn,
+                        &self.quarantine,
+                        record.id,
+                        self.inbox.now(),
+                    )
                     .await
                     .map_err(|e| Error::database(&self.quarantine, e))?;
-                replayed += 1;
+                    replayed += 1;
+                }
+                // Requeued for a consumer that has no handler for it: back to the quarantine,
+                // saying why, rather than requeued for ever.
+                Processed::Ignored if record.status == QuarantineStatus::Requeued => {
+                    let reason = format!(
+                        "requeued, but consumer {} has no handler for event type {}; it stays quarantined",
+                        self.name(),
+                        record.event_type.as_deref().unwrap_or("(unreadable)")
+                    );
+                    sql::unrequeue::<DB>(
+                        &mut conn,
+                        &self.quarantine,
+                        record.id,
+                        &reason,
+                        self.inbox.now(),
+                    )
+                    .await
+                    .map_err(|e| Error::database(&self.quarantine, e))?;
+                }
+                _ => {}
             }
         }
         Ok(replayed)

@@ -312,6 +312,26 @@ pub(crate) async fn prune_quarantine<DB: Backend>(
     q.execute(conn).await
 }
 
+/// Requeued -> quarantined again, with the reason: the consumer could not replay it.
+pub(crate) async fn unrequeue<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET status = {QUARANTINED}, reason = "
+    ));
+    q.bind(reason)
+        .push(", last_failure_time = ")
+        .bind(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(format!(" AND status = {REQUEUED}"));
+    q.execute(conn).await
+}
+
 /// Quarantined or requeued -> replayed, for one entry.
 pub(crate) async fn mark_replayed<DB: Backend>(
     conn: &mut DB::Connection,
