@@ -5,6 +5,7 @@
 
 pub mod db;
 pub mod fixtures;
+pub mod wait;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -372,22 +372,18 @@ async fn a_consumer_runs_in_a_spawned_task_until_shutdown() {
         .drain()
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    event_tests::wait::until(Duration::from_secs(30), async || {
         let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seen")
             .fetch_one(&pool)
             .await
             .unwrap();
         if seen == (ORDERS * 3) as i64 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("the running consumer applied {seen}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the running consumer applied {seen}"
-        );
-        // Polling the consumer's task, with the deadline above.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let _ = stop.send(());
     let report = running.await.unwrap().unwrap();
     assert_eq!(

@@ -9,12 +9,13 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::ManualClock;
 use event_tests::db::TestDb;
 use event_tests::fixtures::Order;
+use event_tests::wait;
 
 /// One scrape: each sample's series (name and labels) and value; None while nothing listens.
 fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
@@ -91,20 +92,13 @@ async fn metrics_move_as_events_are_committed_and_relayed() {
     let mut relay = KillOnDrop(Some(relay));
 
     // Up, sampled, and nothing pending yet.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let before = loop {
-        if let Some(samples) = scrape(port)
-            && samples.contains_key("event_outbox_oldest_pending_age_seconds")
-        {
-            break samples;
+    let before = wait::until(Duration::from_secs(30), async || match scrape(port) {
+        Some(samples) if samples.contains_key("event_outbox_oldest_pending_age_seconds") => {
+            Ok(samples)
         }
-        assert!(
-            Instant::now() < deadline,
-            "the relay never served its metrics"
-        );
-        // Polling the other process, with the deadline above.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        _ => Err("the relay never served its sampled metrics".to_owned()),
+    })
+    .await;
     assert_eq!(sum(&before, "event_outbox_oldest_pending_age_seconds"), 0.0);
     assert_eq!(sum(&before, "event_outbox_published_total"), 0.0);
 
@@ -123,25 +117,21 @@ async fn metrics_move_as_events_are_committed_and_relayed() {
     producer.commit(tx, uow).await.unwrap();
 
     // The relay samples the backlog while it publishes (10 a second), then publishes them all.
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut oldest_seen = 0.0_f64;
     let mut pending_seen = 0.0_f64;
-    let after = loop {
+    let after = wait::until(Duration::from_secs(60), async || {
         let samples = scrape(port).expect("the relay stopped serving metrics");
         oldest_seen = oldest_seen.max(sum(&samples, "event_outbox_oldest_pending_age_seconds"));
         pending_seen = pending_seen.max(sum(&samples, "event_outbox_backlog{status=\"pending\"}"));
         if sum(&samples, "event_outbox_published_total") == 10.0
             && sum(&samples, "event_outbox_oldest_pending_age_seconds") == 0.0
         {
-            break samples;
+            Ok(samples)
+        } else {
+            Err(format!("the relay did not publish the events: {samples:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "the relay did not publish the events: {samples:?}"
-        );
-        // Polling the other process, with the deadline above.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    })
+    .await;
     assert!(
         (590.0..3600.0).contains(&oldest_seen),
         "the oldest-pending gauge showed the ten-minute-old events: {oldest_seen}"

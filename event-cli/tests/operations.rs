@@ -18,6 +18,7 @@ use event_sqlx::{
 };
 use event_tests::db::{TestDb, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::wait;
 
 fn eventctl(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_eventctl"))
@@ -314,23 +315,12 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
             .await
             .unwrap()
     };
-    let wait_for = |what: &'static str, want: i64| {
-        let bills = &bills;
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let have = bills().await;
-                if have == want {
-                    return;
-                }
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{what}: {have} bills"
-                );
-                // Polling the consumer's task, with the deadline above.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+    let wait_for = async |what: &str, want: i64| {
+        wait::until(Duration::from_secs(30), async || match bills().await {
+            have if have == want => Ok(()),
+            have => Err(format!("{what}: {have} bills")),
+        })
+        .await
     };
     wait_for("the consumer applied the other four", 4).await;
     let dburl = db.url.as_str();
@@ -365,19 +355,14 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("requeued 1 entries of billing"));
     wait_for("the running consumer replayed the requeued entry", 5).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    wait::until(Duration::from_secs(30), async || {
         let out = with(&["quarantine", "list", "--status", "replayed", "--json"]);
-        if json(&out).as_array().unwrap().len() == 1 {
-            break;
+        match json(&out).as_array().map(Vec::len) {
+            Some(1) => Ok(()),
+            _ => Err("the entry was not marked replayed".to_owned()),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the entry was not marked replayed"
-        );
-        // Polling the consumer's task, with the deadline above.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let out = with(&["quarantine", "check", "--max-entries", "0"]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
     let out = with(&["quarantine", "cancel", &id, "--reason", "too late"]);

@@ -122,21 +122,12 @@ pub(crate) async fn purge<DB: Backend>(
     cutoff: DateTime<Utc>,
     batch: u32,
 ) -> Result<u64, Error> {
-    let limit = batch.clamp(1, 10_000);
-    let mut total = 0;
-    loop {
-        let mut conn = pool
-            .acquire()
-            .await
-            .map_err(|e| Error::database(archive, e))?;
-        let deleted = sql::purge_batch::<DB>(&mut conn, archive, cutoff, i64::from(limit))
-            .await
-            .map_err(|e| Error::database(archive, e))?;
-        total += deleted;
-        if deleted < u64::from(limit) {
-            return Ok(total);
-        }
-    }
+    let limit = i64::from(batch.clamp(1, 10_000));
+    crate::sql::delete_in_batches(pool, limit, async |conn, limit| {
+        sql::purge_batch::<DB>(conn, archive, cutoff, limit).await
+    })
+    .await
+    .map_err(|e| Error::database(archive, e))
 }
 
 #[cfg(test)]

@@ -128,28 +128,12 @@ impl<DB: Backend> Inbox<DB> {
         batch: u32,
     ) -> Result<u64, crate::error::Error> {
         let before = clock::before(self.now(), retention);
-        let batch = batch.max(1);
-        let mut total = 0;
-        loop {
-            let mut conn = self
-                .pool
-                .acquire()
-                .await
-                .map_err(|e| crate::error::Error::database(&self.table, e))?;
-            let deleted = sql::prune_consumed::<DB>(
-                &mut conn,
-                &self.table,
-                &self.consumer,
-                before,
-                i64::from(batch),
-            )
-            .await
-            .map_err(|e| crate::error::Error::database(&self.table, e))?;
-            total += deleted;
-            if deleted < u64::from(batch) {
-                return Ok(total);
-            }
-        }
+        let (table, consumer) = (&self.table, self.consumer.as_str());
+        crate::sql::delete_in_batches(&self.pool, i64::from(batch), async |conn, limit| {
+            sql::prune_consumed::<DB>(conn, table, consumer, before, limit).await
+        })
+        .await
+        .map_err(|e| crate::error::Error::database(table, e))
     }
 
     pub(crate) fn pool(&self) -> &Pool<DB> {

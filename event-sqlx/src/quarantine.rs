@@ -181,18 +181,11 @@ impl<DB: Backend> Quarantine<DB> {
     /// `batch`, and returns how many. Entries still quarantined or requeued are never deleted.
     pub async fn prune(&self, older_than: std::time::Duration, batch: u32) -> Result<u64, Error> {
         let before = clock::before(self.now(), older_than);
-        let batch = batch.max(1);
-        let mut total = 0;
-        loop {
-            let mut conn = self.conn().await?;
-            let deleted =
-                sql::prune_quarantine::<DB>(&mut conn, &self.table, before, i64::from(batch))
-                    .await
-                    .map_err(|e| Error::database(&self.table, e))?;
-            total += deleted;
-            if deleted < u64::from(batch) {
-                return Ok(total);
-            }
-        }
+        let table = &self.table;
+        crate::sql::delete_in_batches(&self.pool, i64::from(batch), async |conn, limit| {
+            sql::prune_quarantine::<DB>(conn, table, before, limit).await
+        })
+        .await
+        .map_err(|e| Error::database(table, e))
     }
 }

@@ -223,7 +223,6 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
 
         let results = self.publish(&messages).await;
         let finished = self.outbox.now();
-        let mut published = Vec::new();
         let mut failures = Vec::new();
         let mut exhausted = Vec::new();
         let outcomes = ids
@@ -249,7 +248,6 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             match result {
                 Ok(()) => {
                     tracing::debug!("published");
-                    published.push(record.id);
                     published_records.push(record);
                 }
                 Err(error) => {
@@ -273,6 +271,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 }
             }
         }
+        let published: Vec<i64> = published_records.iter().map(|r| r.id).collect();
         let relay_id = self.config.instance_id.as_str();
         let pool = self.outbox.pool();
         // The batch is published: its marks are tried again on fresh connections while the

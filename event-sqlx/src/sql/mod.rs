@@ -33,6 +33,26 @@ pub(crate) fn codes(statuses: &[EventStatus]) -> String {
     format!("({})", codes.join(", "))
 }
 
+/// Runs `delete`, one bounded DELETE of at most `limit` rows, on a fresh connection each time,
+/// until it deletes fewer than `limit`: locks stay short however much there is to delete.
+/// Returns how many rows it deleted in all.
+pub(crate) async fn delete_in_batches<DB: Backend>(
+    pool: &sqlx::Pool<DB>,
+    limit: i64,
+    mut delete: impl AsyncFnMut(&mut DB::Connection, i64) -> Result<u64, sqlx::Error>,
+) -> Result<u64, sqlx::Error> {
+    let limit = limit.max(1);
+    let mut total = 0;
+    loop {
+        let mut conn = pool.acquire().await?;
+        let deleted = delete(&mut conn, limit).await?;
+        total += deleted;
+        if deleted < u64::try_from(limit).unwrap_or(u64::MAX) {
+            return Ok(total);
+        }
+    }
+}
+
 /// Runs `op` again, up to three times, when the database rolled it back as a deadlock victim or
 /// for a serialization failure: the statement or transaction left no trace, so running it again
 /// is safe. InnoDB picks such victims among relays whose claims and marks lock neighbouring index
