@@ -287,7 +287,6 @@ impl<DB: Backend, R> Consumer<DB, R> {
         routes: &impl Routes<DB>,
         unknown: UnknownEvents,
     ) -> Result<Processed, Error> {
-        let envelope = envelope.clone();
         if !routes.handles(&envelope.event_type) {
             return match unknown {
                 UnknownEvents::Ignore => Ok(Processed::Ignored),
@@ -297,7 +296,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                         self.name(),
                         envelope.event_type
                     );
-                    self.quarantine_envelope(&envelope, body, FailureClass::Permanent, reason, 1)
+                    self.quarantine_envelope(envelope, body, FailureClass::Permanent, reason, 1)
                         .await
                 }
             };
@@ -307,8 +306,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
             attempt += 1;
             let outcome = self
                 .inbox
-                .handle(&envelope, async |tx: &mut DB::Connection| {
-                    routes.dispatch(tx, &envelope, &self.upcasters).await
+                .handle(envelope, async |tx: &mut DB::Connection| {
+                    routes.dispatch(tx, envelope, &self.upcasters).await
                 })
                 .await;
             let transient = match outcome {
@@ -319,7 +318,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                         "sequence {} of {} {} arrived after sequence {last_applied} was applied",
                         envelope.aggregate_sequence, envelope.aggregate_type, envelope.aggregate_id
                     );
-                    self.quarantine_envelope(&envelope, body, FailureClass::Stale, reason, attempt)
+                    self.quarantine_envelope(envelope, body, FailureClass::Stale, reason, attempt)
                         .await?;
                     return Ok(Processed::Stale);
                 }
@@ -336,7 +335,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                 Err(InboxError::Handler(HandlerError::Permanent(reason))) => {
                     return self
                         .quarantine_envelope(
-                            &envelope,
+                            envelope,
                             body,
                             FailureClass::Permanent,
                             reason,
@@ -350,7 +349,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
             if attempt >= self.attempts {
                 return self
                     .quarantine_envelope(
-                        &envelope,
+                        envelope,
                         body,
                         FailureClass::Transient,
                         format!("still failing after {attempt} attempts: {transient}"),

@@ -371,8 +371,11 @@ impl<DB: Backend> Sql<DB> {
     /// array bound on PostgreSQL, ` IN (...)` with each value bound elsewhere. `values` must not
     /// be empty.
     pub(crate) fn in_strs(&mut self, values: &[&str]) -> &mut Self {
-        DB::push_in_strs(&mut self.0, values);
-        self
+        self.push(match DB::DIALECT {
+            Dialect::Postgres => " = ANY(",
+            Dialect::MySql | Dialect::Sqlite => " IN (",
+        });
+        self.str_array(values).push(")")
     }
 
     /// Appends one bound array of `values` (PostgreSQL only: elsewhere the values as a list).
@@ -452,8 +455,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn bind(q: &mut QueryBuilder<Self>, value: Value<'_>);
     #[doc(hidden)]
-    fn push_in_strs(q: &mut QueryBuilder<Self>, values: &[&str]);
-    #[doc(hidden)]
     fn push_str_array(q: &mut QueryBuilder<Self>, values: &[&str]);
     #[doc(hidden)]
     fn execute(
@@ -498,31 +499,6 @@ mod sealed {
 
 /// Implements [`Backend`] for one database: `id` is the Rust type of its `BIGINT` ids, `status`
 /// that of its `TINYINT` status columns, `migrations` the folder its migrations are embedded from.
-/// ` = ANY(<one text[] bound>)` (PostgreSQL: one value to bind and one plan, however many
-/// strings) or ` IN (<each string bound>)`.
-macro_rules! in_strs {
-    (array, $q:ident, $values:ident) => {{
-        $q.push(" = ANY(");
-        $q.push_bind(
-            $values
-                .iter()
-                .map(|v| (*v).to_owned())
-                .collect::<Vec<String>>(),
-        );
-        $q.push(")");
-    }};
-    (list, $q:ident, $values:ident) => {{
-        $q.push(" IN (");
-        for (i, value) in $values.iter().enumerate() {
-            if i > 0 {
-                $q.push(", ");
-            }
-            $q.push_bind(*value);
-        }
-        $q.push(")");
-    }};
-}
-
 /// One bound `text[]` (PostgreSQL), or, where there are no arrays, the values as a list.
 macro_rules! str_array {
     (array, $q:ident, $values:ident) => {{
@@ -562,10 +538,6 @@ macro_rules! impl_backend {
                 migrator.dangerous_set_table_name("event_toolkit_migrations");
                 migrator.set_ignore_missing(true);
                 migrator.run(pool).await
-            }
-
-            fn push_in_strs(q: &mut QueryBuilder<$db>, values: &[&str]) {
-                in_strs!($strings, q, values);
             }
 
             fn push_str_array(q: &mut QueryBuilder<$db>, values: &[&str]) {
