@@ -385,3 +385,125 @@ mod router {
 
     on_every_backend!(postgres, mysql, sqlite);
 }
+
+/// A batch in one transaction, on every backend: duplicates found by the multi-row insert, a
+/// failing event isolated (quarantined) while the others commit, order kept per aggregate.
+mod batch {
+    use std::sync::Mutex;
+
+    use event_core::{EventContext, UnitOfWork};
+    use event_sqlx::{Consumer, Delivered, HandlerError, Processed, QuarantineStatus, Received};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::{Order, OrderPaid, OrderPlaced};
+
+    async fn a_failing_event_does_not_poison_its_batch<DB: Orders>(db: &TestDb<DB>) {
+        // Ten orders placed and paid: twenty events, two per aggregate, in order.
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        for i in 0..10 {
+            let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
+            order.pay(100 + i).unwrap();
+            uow.collect(&mut order).unwrap();
+        }
+        let bodies: Vec<Vec<u8>> = uow
+            .commit()
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap())
+            .collect();
+
+        let seen = Mutex::new(Vec::new());
+        let note = |what: String| seen.lock().unwrap().push(what);
+        let consumer = Consumer::new(db.pool().clone(), "billing", "1.0.0")
+            .on(async |tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
+                if e.order_id == "o-3" {
+                    return Err(HandlerError::Permanent("o-3 has no customer".into()));
+                }
+                DB::save_order(tx, &e.order_id, "PLACED", 1).await?;
+                note(format!("{} placed", e.order_id));
+                Ok(())
+            })
+            .on(async |tx: &mut DB::Connection, e: Delivered<OrderPaid>| {
+                DB::save_order(tx, &e.order_id, "PAID", 2).await?;
+                note(format!("{} paid", e.order_id));
+                Ok(())
+            });
+
+        // o-0 placed was consumed before; the batch also carries one event twice.
+        assert_eq!(
+            consumer.receive(&bodies[0], None).await.unwrap(),
+            Processed::Applied
+        );
+        let mut batch: Vec<Received<'_>> = bodies
+            .iter()
+            .map(|b| Received {
+                body: b,
+                message_id: None,
+            })
+            .collect();
+        batch.push(batch[5]);
+        let outcomes = consumer.receive_batch(&batch).await.unwrap();
+
+        assert_eq!(outcomes.len(), 21);
+        assert_eq!(
+            outcomes[0],
+            Processed::Duplicate,
+            "consumed before the batch"
+        );
+        assert!(
+            matches!(&outcomes[6], Processed::Quarantined(reason) if reason == "o-3 has no customer"),
+            "{:?}",
+            outcomes[6]
+        );
+        assert_eq!(outcomes[20], Processed::Duplicate, "the same event twice");
+        let applied = outcomes
+            .iter()
+            .filter(|o| **o == Processed::Applied)
+            .count();
+        assert_eq!(applied, 18, "{outcomes:?}");
+        assert_eq!(DB::count_orders(db.pool()).await.unwrap(), 10);
+        assert_eq!(
+            DB::order_status(db.pool(), "o-3").await.unwrap().as_deref(),
+            Some("PAID"),
+            "o-3's payment still applies: permanent failures do not stop the aggregate"
+        );
+        assert_eq!(
+            DB::order_status(db.pool(), "o-7").await.unwrap().as_deref(),
+            Some("PAID")
+        );
+        let quarantined = consumer.quarantined(10).await.unwrap();
+        assert_eq!(quarantined.len(), 1);
+        assert_eq!(quarantined[0].status, QuarantineStatus::Quarantined);
+        assert_eq!(quarantined[0].event_type.as_deref(), Some("ORDER_PLACED"));
+
+        // Each aggregate's events were applied in order, placed before paid. (Handlers ran in
+        // the rolled-back first try too: the last run of each is the one that committed.)
+        let seen = seen.lock().unwrap().clone();
+        for i in (0..10).filter(|i| *i != 3) {
+            let placed = seen.iter().rposition(|s| *s == format!("o-{i} placed"));
+            let paid = seen.iter().rposition(|s| *s == format!("o-{i} paid"));
+            assert!(placed.unwrap() < paid.unwrap(), "{seen:?}");
+        }
+
+        // Delivered again: every event a duplicate (the quarantined one is in the inbox no more
+        // than it was: it was never applied).
+        let again = consumer.receive_batch(&batch[..20]).await.unwrap();
+        assert_eq!(
+            again.iter().filter(|o| **o == Processed::Duplicate).count(),
+            19,
+            "{again:?}"
+        );
+    }
+
+    macro_rules! on_every_backend {
+        ($($backend:ident),*) => {$(
+            #[tokio::test]
+            async fn $backend() {
+                if let Some(db) = TestDb::$backend().await {
+                    a_failing_event_does_not_poison_its_batch(&db).await;
+                    db.cleanup().await;
+                }
+            }
+        )*};
+    }
+
+    on_every_backend!(postgres, mysql, sqlite);
+}

@@ -136,6 +136,14 @@ impl<DB: Backend> Inbox<DB> {
         .map_err(|e| crate::error::Error::database(table, e))
     }
 
+    pub(crate) fn table_name(&self) -> &TableName {
+        &self.table
+    }
+
+    pub(crate) fn rejects_stale(&self) -> bool {
+        self.reject_stale
+    }
+
     pub(crate) fn pool(&self) -> &Pool<DB> {
         &self.pool
     }

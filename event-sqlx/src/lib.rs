@@ -57,7 +57,7 @@ pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, Publish
 pub use quarantine::{Quarantine, QuarantineCount};
 pub use reconcile::{Reconcile, ReconcileReport, ReconcileTotals, ReconciledEvent};
 
-pub use consumer::{Consumer, Processed};
+pub use consumer::{Consumer, Processed, Received};
 pub use relay::{BatchReport, Relay};
 pub use route::{Delivered, UnknownEvents};
 #[doc(hidden)]
@@ -67,5 +67,7 @@ pub use worker::{MessageWorker, WorkerReport};
 pub use brokers::ConsumeReport;
 #[cfg(feature = "nats")]
 pub use brokers::{JetStreamSubscription, NatsPublisher};
+#[cfg(feature = "kafka")]
+pub use brokers::{KafkaPublisher, KafkaSubscription};
 #[cfg(feature = "rabbitmq")]
 pub use brokers::{RabbitMqPublisher, RabbitMqSubscription};

@@ -20,6 +20,8 @@
 //! | `event_outbox_oldest_pending_age_seconds` | gauge | | age of the oldest pending event, sampled |
 //! | `event_consumer_events_total` | counter | `consumer`, `event_type`, `outcome` | `applied`, `duplicate`, `ignored`, `quarantined`, `stale` |
 //! | `event_consumer_handle_seconds` | histogram | `consumer` | one event's handling, inbox transaction included |
+//! | `event_consumer_batch_size` | histogram | `consumer` | events per batch transaction ([`Consumer::receive_batch`](crate::Consumer::receive_batch)) |
+//! | `event_consumer_batch_seconds` | histogram | `consumer` | one batch transaction, commit included |
 //! | `event_consumer_requeued_replayed_total` | counter | `consumer` | requeued quarantine entries replayed |
 //! | `event_message_processed_total` | counter | `biz_type`, `outcome` | `succeeded`, `failed`, `cancelled` |
 //!
@@ -59,6 +61,10 @@ pub const OUTBOX_OLDEST_PENDING_AGE: &str = "event_outbox_oldest_pending_age_sec
 pub const CONSUMER_EVENTS: &str = "event_consumer_events_total";
 /// One event's handling in seconds.
 pub const CONSUMER_HANDLE_SECONDS: &str = "event_consumer_handle_seconds";
+/// Events per batch transaction of a batched consumer.
+pub const CONSUMER_BATCH_SIZE: &str = "event_consumer_batch_size";
+/// One batch transaction of a batched consumer, in seconds.
+pub const CONSUMER_BATCH_SECONDS: &str = "event_consumer_batch_seconds";
 /// Requeued quarantine entries replayed by the running consumer.
 pub const CONSUMER_REQUEUED_REPLAYED: &str = "event_consumer_requeued_replayed_total";
 /// What the message worker did, by `outcome`.
@@ -113,6 +119,15 @@ pub fn describe() {
         CONSUMER_HANDLE_SECONDS,
         Unit::Seconds,
         "One event's handling, inbox transaction included."
+    );
+    describe_histogram!(
+        CONSUMER_BATCH_SIZE,
+        "Events per batch transaction of a batched consumer."
+    );
+    describe_histogram!(
+        CONSUMER_BATCH_SECONDS,
+        Unit::Seconds,
+        "One batch transaction of a batched consumer, commit included."
     );
     describe_counter!(
         CONSUMER_REQUEUED_REPLAYED,

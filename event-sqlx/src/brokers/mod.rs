@@ -1,12 +1,16 @@
-//! Layer 5: publishers and subscriptions on real brokers, behind cargo features: NATS JetStream (`nats`) and RabbitMQ
-//! (`rabbitmq`). Each sends the envelope's JSON, the same shape on every transport, with the
+//! Layer 5: publishers and subscriptions on real brokers, behind cargo features: NATS JetStream
+//! (`nats`), RabbitMQ (`rabbitmq`) and Kafka (`kafka`). Each sends the envelope's JSON, the same shape on every transport, with the
 //! event number as the broker's deduplication id and the event's metadata as headers.
 
+#[cfg(feature = "kafka")]
+mod kafka;
 #[cfg(feature = "nats")]
 mod nats;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
 
+#[cfg(feature = "kafka")]
+pub use kafka::{KafkaPublisher, KafkaSubscription};
 #[cfg(feature = "nats")]
 pub use nats::{JetStreamSubscription, NatsPublisher};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 
 use super::event_headers;
-use crate::consumer::Consumer;
+use crate::consumer::{Consumer, Received};
 use crate::error::{BoxError, Error};
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
@@ -169,6 +169,7 @@ impl Publisher for NatsPublisher {
 #[derive(Debug)]
 pub struct JetStreamSubscription {
     consumer: jetstream::consumer::PullConsumer,
+    batch: usize,
 }
 
 impl JetStreamSubscription {
@@ -208,7 +209,17 @@ impl JetStreamSubscription {
             )
             .await
             .map_err(|e| fail(e.into()))?;
-        Ok(JetStreamSubscription { consumer })
+        Ok(JetStreamSubscription { consumer, batch: 1 })
+    }
+
+    /// Applies up to `size` messages in one database transaction (see
+    /// [`Consumer::receive_batch`]): what has arrived is taken at once, up to `size`, without
+    /// waiting for a batch to fill, so a quiet stream is consumed with no added latency and a
+    /// busy one in batches. 1, the default, is one transaction per message. Keep `size` well
+    /// under the consumer's `max_ack_pending` (1000 by default).
+    pub fn batch(mut self, size: usize) -> JetStreamSubscription {
+        self.batch = size.clamp(1, 1000);
+        self
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
@@ -221,41 +232,82 @@ impl JetStreamSubscription {
         super::run_until(self, consumer, shutdown).await
     }
 
-    /// Processes messages until a fetch waits `idle` without any, and reports what it did.
+    /// Processes messages until none arrives for `idle`, and reports what it did.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
         idle: Duration,
     ) -> Result<super::ConsumeReport, Error> {
-        use futures_util::StreamExt;
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
         let mut report = super::ConsumeReport::default();
+        let take = self.batch.max(100);
         loop {
-            let mut batch = self
-                .consumer
-                .fetch()
-                .max_messages(100)
-                .expires(idle)
-                .messages()
+            // What is there now, without waiting; when nothing is, one message as soon as it
+            // arrives (or nothing after `idle`), then whatever came with it.
+            let mut messages = self
+                .pull(self.consumer.fetch().max_messages(take).messages())
                 .await
-                .map_err(|e| stopped(e.into()))?;
-            let mut seen = 0;
-            while let Some(message) = batch.next().await {
-                let message = message.map_err(&stopped)?;
-                seen += 1;
-                let id = message
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get("Nats-Msg-Id"))
-                    .map(|v| v.as_str().to_owned());
-                let outcome = consumer.receive(&message.payload, id.as_deref()).await?;
-                report.count(&outcome);
-                message.ack().await.map_err(&stopped)?;
+                .map_err(&stopped)?;
+            if messages.is_empty() {
+                messages = self
+                    .pull(
+                        self.consumer
+                            .batch()
+                            .max_messages(1)
+                            .expires(idle)
+                            .messages(),
+                    )
+                    .await
+                    .map_err(&stopped)?;
+                if messages.is_empty() {
+                    return Ok(report);
+                }
+                messages.extend(
+                    self.pull(self.consumer.fetch().max_messages(take - 1).messages())
+                        .await
+                        .map_err(&stopped)?,
+                );
             }
-            if seen == 0 {
-                return Ok(report);
+            for chunk in messages.chunks(self.batch) {
+                let ids: Vec<Option<String>> = chunk
+                    .iter()
+                    .map(|m| {
+                        m.headers
+                            .as_ref()
+                            .and_then(|h| h.get("Nats-Msg-Id"))
+                            .map(|v| v.as_str().to_owned())
+                    })
+                    .collect();
+                let received: Vec<Received<'_>> = chunk
+                    .iter()
+                    .zip(&ids)
+                    .map(|(m, id)| Received {
+                        body: &m.payload,
+                        message_id: id.as_deref(),
+                    })
+                    .collect();
+                for outcome in consumer.receive_batch(&received).await? {
+                    report.count(&outcome);
+                }
+                for message in chunk {
+                    message.ack().await.map_err(&stopped)?;
+                }
             }
         }
+    }
+
+    /// Sends one pull request and collects what it delivers.
+    async fn pull<E: Into<BoxError>>(
+        &self,
+        request: impl std::future::Future<Output = Result<jetstream::consumer::pull::Batch, E>>,
+    ) -> Result<Vec<jetstream::Message>, BoxError> {
+        use futures_util::StreamExt;
+        let mut batch = request.await.map_err(Into::into)?;
+        let mut messages = Vec::new();
+        while let Some(message) = batch.next().await {
+            messages.push(message?);
+        }
+        Ok(messages)
     }
 }
 

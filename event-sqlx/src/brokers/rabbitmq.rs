@@ -7,7 +7,10 @@ use lapin::{
 };
 
 use super::event_headers;
-use crate::consumer::Consumer;
+
+/// Unacknowledged deliveries a subscription holds at most.
+const PREFETCH: u16 = 1000;
+use crate::consumer::{Consumer, Received};
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
@@ -146,10 +149,15 @@ impl Publisher for RabbitMqPublisher {
 /// A durable RabbitMQ queue feeding a [`Consumer`](crate::Consumer), with manual acks: each
 /// message is acknowledged only after it was processed (applied and committed, a duplicate,
 /// ignored, or quarantined). A message whose processing stopped the consumer is requeued.
+///
+/// The subscription starts consuming at its first drain and keeps consuming until it is
+/// dropped, so no delivery waits between two drains.
 #[derive(Debug)]
 pub struct RabbitMqSubscription {
     channel: Channel,
     queue: String,
+    batch: usize,
+    deliveries: tokio::sync::Mutex<Option<lapin::Consumer>>,
 }
 
 impl RabbitMqSubscription {
@@ -192,13 +200,25 @@ impl RabbitMqSubscription {
             .await
             .map_err(|e| fail("cannot bind", e))?;
         channel
-            .basic_qos(100, BasicQosOptions::default())
+            .basic_qos(PREFETCH, BasicQosOptions::default())
             .await
             .map_err(|e| fail("cannot set the prefetch of", e))?;
         Ok(RabbitMqSubscription {
             channel,
             queue: queue.to_owned(),
+            batch: 1,
+            deliveries: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// Applies up to `size` messages in one database transaction (see
+    /// [`Consumer::receive_batch`](crate::Consumer::receive_batch)) and acknowledges them with
+    /// one multiple ack: the deliveries already prefetched are taken at once, up to `size`,
+    /// without waiting for a batch to fill. 1, the default, is one transaction per message.
+    /// At most the prefetch (1000) is used.
+    pub fn batch(mut self, size: usize) -> RabbitMqSubscription {
+        self.batch = size.clamp(1, PREFETCH as usize);
+        self
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
@@ -217,62 +237,81 @@ impl RabbitMqSubscription {
         consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
     ) -> Result<super::ConsumeReport, Error> {
-        use futures_util::StreamExt;
-        use lapin::options::{
-            BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-        };
+        use futures_util::{FutureExt, StreamExt};
+        use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions};
         let stopped = |e: lapin::Error| Error::stopped(consumer.name(), "RabbitMQ failed", e);
-        let tag = format!("{}-{}", consumer.name(), std::process::id());
-        let mut deliveries = self
-            .channel
-            .basic_consume(
-                ShortString::from(self.queue.as_str()),
-                ShortString::from(tag.as_str()),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(&stopped)?;
+        let mut guard = self.deliveries.lock().await;
+        if guard.is_none() {
+            let tag = format!("{}-{}", consumer.name(), std::process::id());
+            *guard = Some(
+                self.channel
+                    .basic_consume(
+                        ShortString::from(self.queue.as_str()),
+                        ShortString::from(tag.as_str()),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(&stopped)?,
+            );
+        }
+        let Some(deliveries) = guard.as_mut() else {
+            unreachable!("the consumer was just started")
+        };
         let mut report = super::ConsumeReport::default();
-        let result = loop {
-            let delivery = match tokio::time::timeout(idle, deliveries.next()).await {
-                Err(_) | Ok(None) => break Ok(report),
-                Ok(Some(delivery)) => match delivery {
-                    Ok(delivery) => delivery,
-                    Err(e) => break Err(stopped(e)),
-                },
-            };
-            let id = delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|m| m.to_string());
-            match consumer.receive(&delivery.data, id.as_deref()).await {
-                Ok(outcome) => {
-                    report.count(&outcome);
-                    if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
-                        break Err(stopped(e));
-                    }
+        loop {
+            let mut batch = match tokio::time::timeout(idle, deliveries.next()).await {
+                Err(_) => return Ok(report),
+                Ok(None) => {
+                    *guard = None;
+                    return Err(Error::stopped(
+                        consumer.name(),
+                        "RabbitMQ failed",
+                        format!("the broker cancelled the consumer of queue {}", self.queue),
+                    ));
                 }
-                Err(stop) => {
-                    let _ = delivery
-                        .nack(BasicNackOptions {
-                            requeue: true,
-                            ..BasicNackOptions::default()
-                        })
-                        .await;
-                    break Err(stop);
+                Ok(Some(delivery)) => vec![delivery.map_err(&stopped)?],
+            };
+            while batch.len() < self.batch {
+                match deliveries.next().now_or_never() {
+                    Some(Some(delivery)) => batch.push(delivery.map_err(&stopped)?),
+                    _ => break,
                 }
             }
-        };
-        let _ = self
-            .channel
-            .basic_cancel(
-                ShortString::from(tag.as_str()),
-                BasicCancelOptions::default(),
-            )
-            .await;
-        result
+            let ids: Vec<Option<String>> = batch
+                .iter()
+                .map(|d| d.properties.message_id().as_ref().map(|m| m.to_string()))
+                .collect();
+            let received: Vec<Received<'_>> = batch
+                .iter()
+                .zip(&ids)
+                .map(|(d, id)| Received {
+                    body: &d.data,
+                    message_id: id.as_deref(),
+                })
+                .collect();
+            let Some(last) = batch.last() else {
+                continue;
+            };
+            match consumer.receive_batch(&received).await {
+                Ok(outcomes) => {
+                    outcomes.iter().for_each(|o| report.count(o));
+                    // One ack for the batch: every earlier delivery of this channel is acked.
+                    last.ack(BasicAckOptions { multiple: true })
+                        .await
+                        .map_err(&stopped)?;
+                }
+                Err(stop) => {
+                    let _ = last
+                        .nack(BasicNackOptions {
+                            multiple: true,
+                            requeue: true,
+                        })
+                        .await;
+                    return Err(stop);
+                }
+            }
+        }
     }
 }
 
@@ -283,5 +322,20 @@ impl super::Drain for RabbitMqSubscription {
         idle: std::time::Duration,
     ) -> Result<super::ConsumeReport, Error> {
         self.drain(consumer, idle).await
+    }
+}
+
+impl Drop for RabbitMqSubscription {
+    /// Closes the subscription's channel, so that the deliveries it holds unacknowledged go back
+    /// to the queue for another consumer at once.
+    fn drop(&mut self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let channel = self.channel.clone();
+            runtime.spawn(async move {
+                let _ = channel
+                    .close(200, ShortString::from("subscription dropped"))
+                    .await;
+            });
+        }
     }
 }

@@ -45,6 +45,71 @@ pub(crate) async fn insert_consumed<DB: Backend>(
     Ok(q.execute(conn).await? == 1)
 }
 
+/// Records every envelope of a batch as consumed by `consumer` in one statement and returns
+/// the event ids that were new; the others had been consumed before. The ids must be distinct.
+///
+/// PostgreSQL and SQLite: one multi-row `INSERT ... ON CONFLICT DO NOTHING RETURNING event_id`.
+/// MySQL has no `RETURNING`: the consumed ones are read with `FOR UPDATE` (which also locks the
+/// gaps of the missing ones), then the new ones inserted; a concurrent consumer of the same name
+/// that inserted one in between makes the insert fail, and the caller falls back to one event at
+/// a time.
+pub(crate) async fn insert_consumed_batch<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    envelopes: &[&EventEnvelope],
+    now: DateTime<Utc>,
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let mut new: Vec<&EventEnvelope> = envelopes.to_vec();
+    if DB::DIALECT == Dialect::MySql {
+        let ids: Vec<&str> = envelopes.iter().map(|e| e.event_id.as_str()).collect();
+        let mut q = Sql::<DB>::new(format!("SELECT event_id FROM {table} WHERE consumer = "));
+        q.bind(consumer)
+            .push(" AND event_id")
+            .in_strs(&ids)
+            .push(" FOR UPDATE");
+        let consumed = q
+            .fetch(conn)
+            .await?
+            .iter()
+            .map(|row| Columns::<DB>(row).string("event_id"))
+            .collect::<Result<std::collections::HashSet<String>, _>>()?;
+        new.retain(|e| !consumed.contains(e.event_id.as_str()));
+        if new.is_empty() {
+            return Ok(std::collections::HashSet::new());
+        }
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, \
+         aggregate_sequence) VALUES "
+    ));
+    for (i, envelope) in new.iter().enumerate() {
+        q.push(if i == 0 { "(" } else { ", (" })
+            .bind(consumer)
+            .push(", ")
+            .bind(envelope.event_id.as_str())
+            .push(", ")
+            .bind(now)
+            .push(", ")
+            .bind(envelope.aggregate_type.as_str())
+            .push(", ")
+            .bind(envelope.aggregate_id.as_str())
+            .push(", ")
+            .bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX))
+            .push(")");
+    }
+    if DB::DIALECT == Dialect::MySql {
+        q.execute(conn).await?;
+        return Ok(new.iter().map(|e| e.event_id.to_string()).collect());
+    }
+    q.push(" ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id");
+    q.fetch(conn)
+        .await?
+        .iter()
+        .map(|row| Columns::<DB>(row).string("event_id"))
+        .collect()
+}
+
 /// The highest aggregate sequence `consumer` applied for the envelope's aggregate, other than
 /// the envelope itself.
 pub(crate) async fn last_applied_sequence<DB: Backend>(

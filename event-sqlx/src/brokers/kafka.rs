@@ -1,0 +1,364 @@
+//! Kafka, through rdkafka (librdkafka).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::event_headers;
+use crate::consumer::{Consumer, Received};
+use crate::error::Error;
+use crate::publisher::{OutboxMessage, PublishError, Publisher};
+use crate::route::Routes;
+use crate::sql::dialect::Backend;
+
+/// How long connecting waits for the cluster's metadata before calling the broker unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Publishes to Kafka with the idempotent producer (`enable.idempotence=true`, `acks=all`), so
+/// that librdkafka's own retries never write a message twice or out of order:
+///
+/// - topic = the row's topic (the event type in lowercase when it has none);
+/// - key = the aggregate id, the seed's partition key: every event of one aggregate goes to one
+///   partition, where Kafka keeps their order;
+/// - value = the envelope's JSON; headers = `messageId` (the event number, the consumer's
+///   deduplication id) and the event's metadata (`eventId`, `eventType`, `aggregateId`, ...).
+///
+/// A publish counts as done when its delivery report says the record is written; an error in
+/// the report (an unknown topic, a broker that stays unreachable for `delivery.timeout.ms`) is a
+/// failed publish, retried by the relay with backoff.
+#[derive(Clone)]
+pub struct KafkaPublisher {
+    producer: FutureProducer,
+    address: String,
+}
+
+impl std::fmt::Debug for KafkaPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPublisher")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client settings both sides share.
+fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("socket.timeout.ms", "10000")
+        .set("log_level", "3");
+    config
+}
+
+/// Reads the cluster's metadata, so that an unreachable address fails here, clearly, within
+/// [`CONNECT_TIMEOUT`].
+async fn check_reachable(bootstrap: &str) -> Result<(), KafkaError> {
+    let config = client_config(bootstrap);
+    // librdkafka's metadata call blocks its thread: on a blocking thread, once.
+    tokio::task::spawn_blocking(move || {
+        let probe: rdkafka::producer::BaseProducer = config.create()?;
+        probe
+            .client()
+            .fetch_metadata(None, CONNECT_TIMEOUT)
+            .map(|_| ())
+    })
+    .await
+    .unwrap_or(Err(KafkaError::Canceled))
+}
+
+impl KafkaPublisher {
+    /// A publisher to the cluster at `bootstrap` (`host:port[,host:port...]`), checked by
+    /// reading the cluster's metadata (at most 10 s).
+    pub async fn connect(bootstrap: &str) -> Result<KafkaPublisher, Error> {
+        Self::with_config(bootstrap, &[]).await
+    }
+
+    /// [`KafkaPublisher::connect`] with more librdkafka settings (`("compression.type",
+    /// "lz4")`, security settings, `("delivery.timeout.ms", "30000")`). The idempotence settings
+    /// cannot be turned off.
+    pub async fn with_config(
+        bootstrap: &str,
+        settings: &[(&str, &str)],
+    ) -> Result<KafkaPublisher, Error> {
+        let fail = |what: &str, e: KafkaError| Error::broker("Kafka", bootstrap, what, e);
+        let mut config = client_config(bootstrap);
+        config
+            .set("linger.ms", "1")
+            .set("delivery.timeout.ms", "30000");
+        for (key, value) in settings {
+            config.set(*key, *value);
+        }
+        config.set("enable.idempotence", "true").set("acks", "all");
+        let producer: FutureProducer = config
+            .create()
+            .map_err(|e| fail("cannot create the producer", e))?;
+        check_reachable(bootstrap)
+            .await
+            .map_err(|e| fail("cannot reach the cluster", e))?;
+        Ok(KafkaPublisher {
+            producer,
+            address: bootstrap.to_owned(),
+        })
+    }
+
+    /// Creates the topic `name` with `partitions` partitions (replication factor 1 on a
+    /// one-broker cluster, the cluster's default otherwise) unless it exists.
+    pub async fn ensure_topic(&self, name: &str, partitions: i32) -> Result<(), Error> {
+        let fail = |e: String| {
+            Error::broker(
+                "Kafka",
+                &self.address,
+                format!("cannot create topic {name}"),
+                e,
+            )
+        };
+        let admin: AdminClient<DefaultClientContext> = client_config(&self.address)
+            .create()
+            .map_err(|e| fail(e.to_string()))?;
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(-1));
+        let results = admin
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT)),
+            )
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(fail(format!("{topic}: {code}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic a message is published to.
+    pub fn topic(message: &OutboxMessage) -> String {
+        match &message.topic {
+            Some(topic) => topic.clone(),
+            None => message.envelope.event_type.to_ascii_lowercase(),
+        }
+    }
+}
+
+impl Publisher for KafkaPublisher {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        // Enqueue every record, then wait for the delivery reports: librdkafka batches them.
+        let mut pending = Vec::with_capacity(messages.len());
+        for message in messages {
+            let topic = Self::topic(message);
+            let payload = match serde_json::to_vec(&message.envelope) {
+                Ok(payload) => payload,
+                Err(e) => {
+                    pending.push(Err(PublishError::with_source(
+                        "cannot serialize the envelope",
+                        e,
+                    )));
+                    continue;
+                }
+            };
+            let mut headers = OwnedHeaders::new().insert(Header {
+                key: "messageId",
+                value: Some(message.message_id.as_str()),
+            });
+            for (name, value) in event_headers(message) {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: Some(value.as_str()),
+                });
+            }
+            let record = FutureRecord::to(&topic)
+                .key(message.envelope.aggregate_id.as_str())
+                .payload(&payload)
+                .headers(headers);
+            pending.push(match self.producer.send_result(record) {
+                Ok(delivery) => Ok(delivery),
+                Err((e, _)) => Err(PublishError::with_source("Kafka refused the record", e)),
+            });
+        }
+        let mut results = Vec::with_capacity(messages.len());
+        for sent in pending {
+            results.push(match sent {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(PublishError::with_source(
+                        "Kafka did not write the record",
+                        e,
+                    )),
+                    Err(_) => Err(PublishError::new(
+                        "the Kafka producer stopped before reporting the delivery",
+                    )),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        results
+    }
+}
+
+/// A Kafka consumer group feeding a [`Consumer`](crate::Consumer): offsets are committed only
+/// after the inbox transaction of the messages before them committed (auto-commit is off), so
+/// a process that dies redelivers what it had not committed, and the inbox turns each
+/// redelivery into a duplicate. Messages of one partition are processed in order.
+pub struct KafkaSubscription {
+    consumer: StreamConsumer,
+    address: String,
+    batch: usize,
+}
+
+impl std::fmt::Debug for KafkaSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSubscription")
+            .field("address", &self.address)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSubscription {
+    /// Joins the consumer group `group` on the cluster at `bootstrap` and subscribes to
+    /// `topics`; a group with no committed offset starts at the earliest message.
+    pub async fn subscribe(
+        bootstrap: &str,
+        group: &str,
+        topics: &[&str],
+    ) -> Result<KafkaSubscription, Error> {
+        Self::with_config(bootstrap, group, topics, &[]).await
+    }
+
+    /// [`KafkaSubscription::subscribe`] with more librdkafka settings
+    /// (`("session.timeout.ms", "10000")`, security settings). Auto-commit cannot be turned on.
+    pub async fn with_config(
+        bootstrap: &str,
+        group: &str,
+        topics: &[&str],
+        settings: &[(&str, &str)],
+    ) -> Result<KafkaSubscription, Error> {
+        let fail = |what: String, e: KafkaError| Error::broker("Kafka", bootstrap, what, e);
+        let mut config = client_config(bootstrap);
+        config
+            .set("group.id", group)
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .set("fetch.wait.max.ms", "10");
+        for (key, value) in settings {
+            config.set(*key, *value);
+        }
+        config
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: StreamConsumer = config
+            .create()
+            .map_err(|e| fail("cannot create the consumer".into(), e))?;
+        check_reachable(bootstrap)
+            .await
+            .map_err(|e| fail("cannot reach the cluster".into(), e))?;
+        consumer
+            .subscribe(topics)
+            .map_err(|e| fail(format!("cannot subscribe to {}", topics.join(", ")), e))?;
+        Ok(KafkaSubscription {
+            consumer,
+            address: bootstrap.to_owned(),
+            batch: 1,
+        })
+    }
+
+    /// Applies up to `size` messages in one database transaction (see
+    /// [`Consumer::receive_batch`](crate::Consumer::receive_batch)) and commits their offsets
+    /// once: what has arrived is taken at once, up to `size`, without waiting for a batch to
+    /// fill. 1, the default, is one transaction per message.
+    pub fn batch(mut self, size: usize) -> KafkaSubscription {
+        self.batch = size.clamp(1, 10_000);
+        self
+    }
+
+    /// Processes messages until `shutdown` completes (the batch in hand is finished first), and
+    /// reports what it did. A consumer that must stop (a bug) returns the error.
+    pub async fn run<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<super::ConsumeReport, Error> {
+        super::run_until(self, consumer, shutdown).await
+    }
+
+    /// Processes messages until none arrives for `idle`, and reports what it did. The group's
+    /// first join can take seconds: give the first drain a long `idle`.
+    pub async fn drain<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: Duration,
+    ) -> Result<super::ConsumeReport, Error> {
+        use futures_util::FutureExt;
+        let stopped = |e: KafkaError| Error::stopped(consumer.name(), "Kafka failed", e);
+        let mut report = super::ConsumeReport::default();
+        loop {
+            let mut batch = match tokio::time::timeout(idle, self.consumer.recv()).await {
+                Err(_) => return Ok(report),
+                Ok(message) => vec![message.map_err(&stopped)?],
+            };
+            while batch.len() < self.batch {
+                match self.consumer.recv().now_or_never() {
+                    Some(message) => batch.push(message.map_err(&stopped)?),
+                    None => break,
+                }
+            }
+            let ids: Vec<Option<String>> = batch.iter().map(message_id).collect();
+            let received: Vec<Received<'_>> = batch
+                .iter()
+                .zip(&ids)
+                .map(|(m, id)| Received {
+                    body: m.payload().unwrap_or_default(),
+                    message_id: id.as_deref(),
+                })
+                .collect();
+            for outcome in consumer.receive_batch(&received).await? {
+                report.count(&outcome);
+            }
+            // The next offset to read, per partition: the highest processed plus one.
+            let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+            for m in &batch {
+                let offset = next.entry((m.topic(), m.partition())).or_insert(0);
+                *offset = (*offset).max(m.offset() + 1);
+            }
+            let mut offsets = TopicPartitionList::new();
+            for ((topic, partition), offset) in next {
+                offsets
+                    .add_partition_offset(topic, partition, Offset::Offset(offset))
+                    .map_err(&stopped)?;
+            }
+            self.consumer
+                .commit(&offsets, CommitMode::Async)
+                .map_err(&stopped)?;
+        }
+    }
+}
+
+/// The `messageId` header (the event number), naming a body that cannot be read.
+fn message_id(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<String> {
+    let headers = message.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == "messageId")
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+impl super::Drain for KafkaSubscription {
+    async fn drain_once<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: Duration,
+    ) -> Result<super::ConsumeReport, Error> {
+        self.drain(consumer, idle).await
+    }
+}
