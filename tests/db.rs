@@ -326,6 +326,11 @@ pub fn amqp_url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }
 
+/// The Kafka-protocol broker tests use (`.ci/run` starts one there).
+pub fn kafka_url() -> String {
+    std::env::var("EVENT_TEST_KAFKA_URL").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
+}
+
 /// `Some(value)`, or `None` after saying why the test is skipped; a failure instead under
 /// `EVENT_TEST_REQUIRE_SERVICES=1`.
 pub fn reachable<T, E: std::fmt::Display>(

@@ -28,7 +28,8 @@ pub(crate) struct RelayArgs {
     /// Where to publish: `stdout`; `jsonl:PATH` to append JSON lines to a file;
     /// `nats://HOST:PORT` for NATS JetStream (subject `<topic>.<routing key>`, Nats-Msg-Id = event
     /// number); `amqp://USER:PASS@HOST:PORT/VHOST` for RabbitMQ (exchange = topic, with
-    /// publisher confirms).
+    /// publisher confirms); `kafka://HOST:PORT[,HOST:PORT...]` for Kafka (topic = topic, key =
+    /// aggregate id, idempotent producer).
     #[arg(long, default_value = "stdout")]
     publisher: String,
     #[command(flatten)]

@@ -4,7 +4,8 @@
 use anyhow::Context;
 use clap::Args;
 use event_sqlx::{
-    JsonLinesPublisher, NatsPublisher, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
+    JsonLinesPublisher, KafkaPublisher, NatsPublisher, OutboxMessage, PublishError, Publisher,
+    RabbitMqPublisher,
 };
 
 /// The target and its broker options.
@@ -24,6 +25,12 @@ pub(crate) struct TargetArgs {
     /// RabbitMQ: declare this durable topic exchange unless it exists (repeat for more).
     #[arg(long)]
     pub(crate) exchange: Vec<String>,
+    /// Kafka: create this topic unless it exists (repeat for more), with --partitions partitions.
+    #[arg(long)]
+    pub(crate) topic: Vec<String>,
+    /// Kafka: the partitions of each --topic created.
+    #[arg(long, default_value_t = 3, requires = "topic")]
+    pub(crate) partitions: i32,
 }
 
 /// A publisher for any target of the command line.
@@ -35,12 +42,30 @@ pub(crate) enum Target {
     Nats(NatsPublisher),
     /// RabbitMQ.
     RabbitMq(RabbitMqPublisher),
+    /// Kafka.
+    Kafka(KafkaPublisher),
 }
 
 impl Target {
-    /// Connects to `target`: `stdout`, `jsonl:PATH`, `nats://HOST:PORT` or
-    /// `amqp://USER:PASS@HOST:PORT/VHOST`, and creates the streams and exchanges asked for.
+    /// Connects to `target`: `stdout`, `jsonl:PATH`, `nats://HOST:PORT`,
+    /// `amqp://USER:PASS@HOST:PORT/VHOST` or `kafka://HOST:PORT[,HOST:PORT...]`, and creates the
+    /// streams, exchanges and topics asked for.
     pub(crate) async fn open(target: &str, args: &TargetArgs) -> anyhow::Result<Target> {
+        if let Some(bootstrap) = target.strip_prefix("kafka://") {
+            if args.stream.is_some() || args.subject_per_aggregate || !args.exchange.is_empty() {
+                anyhow::bail!(
+                    "--stream, --subject-per-aggregate and --exchange do not go with a kafka:// publisher"
+                );
+            }
+            let publisher = KafkaPublisher::connect(bootstrap.trim_end_matches('/')).await?;
+            for topic in &args.topic {
+                publisher.ensure_topic(topic, args.partitions).await?;
+            }
+            return Ok(Target::Kafka(publisher));
+        }
+        if !args.topic.is_empty() {
+            anyhow::bail!("--topic goes with a kafka:// publisher, not {target}");
+        }
         if target.starts_with("nats://") || target.starts_with("tls://") {
             if !args.exchange.is_empty() {
                 anyhow::bail!("--exchange goes with an amqp:// publisher, not {target}");
@@ -75,7 +100,7 @@ impl Target {
                     .await
                     .with_context(|| format!("cannot open {path} for appending"))?,
                 None => anyhow::bail!(
-                    "unknown publisher `{other}`: use stdout, jsonl:PATH, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST"
+                    "unknown publisher `{other}`: use stdout, jsonl:PATH, nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/VHOST or kafka://HOST:PORT"
                 ),
             },
         }))
@@ -88,6 +113,7 @@ impl Publisher for Target {
             Target::Lines(p) => p.publish(messages).await,
             Target::Nats(p) => p.publish(messages).await,
             Target::RabbitMq(p) => p.publish(messages).await,
+            Target::Kafka(p) => p.publish(messages).await,
         }
     }
 }

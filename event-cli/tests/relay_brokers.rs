@@ -1,5 +1,6 @@
-//! `eventctl relay` as its own process, publishing to NATS JetStream and to RabbitMQ: killed
-//! mid-drain (SIGKILL), then a second one finishes, and every event is in the stream or queue.
+//! `eventctl relay` as its own process, publishing to NATS JetStream, RabbitMQ and Kafka: killed
+//! mid-drain (SIGKILL), then a second one finishes, and every event is in the stream, queue or
+//! topic.
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{OutboxConfig, Route};
-use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
+use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
 use event_tests::fixtures::Order;
 
 const EVENTS: usize = 120;
@@ -216,5 +217,53 @@ async fn a_killed_relay_process_and_a_second_one_fill_the_rabbitmq_queue() {
         )
         .await
         .unwrap();
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_relay_process_and_a_second_one_fill_the_kafka_topic() {
+    use event_sqlx::{Consumer, Delivered, KafkaPublisher, KafkaSubscription};
+    use event_tests::fixtures::OrderPlaced;
+
+    let url = kafka_url();
+    if reachable("Kafka", &url, KafkaPublisher::connect(&url).await).is_none() {
+        return;
+    }
+    let topic = unique("relay").replace('_', "-");
+    let db = outbox_for(&topic).await;
+    let publisher = format!("kafka://{url}");
+    let extra = ["--topic", topic.as_str(), "--partitions", "3"];
+    // A consumer group's first join takes seconds: the victim's progress is read from the
+    // outbox instead.
+    let before = start_and_kill(&db, &publisher, &extra, async || {
+        db.counts().await.succeeded as usize
+    })
+    .await;
+    assert!(before < EVENTS, "killed before the end");
+    finish(&db, &publisher);
+    assert_eq!(db.counts().await.succeeded, EVENTS as i64);
+
+    // Subscribed once the topic exists. What the relays wrote, read back through a consumer group into an inbox: one row per
+    // distinct event.
+    let subscription = KafkaSubscription::subscribe(&url, &unique("check"), &[topic.as_str()])
+        .await
+        .unwrap()
+        .batch(100);
+    let consumer = Consumer::new(db.pool().clone(), "check", "1.0.0")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    let consumed = async || -> usize {
+        let _ = subscription
+            .drain(&consumer, Duration::from_millis(200))
+            .await;
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM consumed_event WHERE consumer = 'check'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap() as usize
+    };
+    event_tests::wait::until(Duration::from_secs(60), async || match consumed().await {
+        n if n == EVENTS => Ok(()),
+        n => Err(format!("{n} of {EVENTS} events consumed")),
+    })
+    .await;
     db.cleanup().await;
 }

@@ -249,7 +249,9 @@ impl KafkaSubscription {
             .set("group.id", group)
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", "10000")
-            .set("fetch.wait.max.ms", "10");
+            .set("fetch.wait.max.ms", "10")
+            // A topic created after the subscription is found within 10 s (not 5 minutes).
+            .set("topic.metadata.refresh.interval.ms", "10000");
         for (key, value) in settings {
             config.set(*key, *value);
         }

@@ -1,0 +1,347 @@
+//! Batched consumers on real brokers (NATS JetStream, RabbitMQ, Kafka) and PostgreSQL: a batch
+//! with a permanently failing event commits the others and quarantines that one, and the order
+//! of each aggregate's events holds through batches when 4 relays publish.
+
+use std::time::Duration;
+
+use event_core::{Aggregate, EventContext, UnitOfWork};
+use event_sqlx::{
+    ConsumeReport, Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher,
+    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, OutboxMessage, PublishError, Publisher,
+    RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, Routes,
+};
+use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
+use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced};
+use event_tests::wait;
+use sqlx::{PgConnection, Postgres};
+
+/// One of the three brokers' publishers.
+#[derive(Clone)]
+enum AnyPublisher {
+    Nats(NatsPublisher),
+    Rabbit(RabbitMqPublisher),
+    Kafka(KafkaPublisher),
+}
+
+impl Publisher for AnyPublisher {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        match self {
+            AnyPublisher::Nats(p) => p.publish(messages).await,
+            AnyPublisher::Rabbit(p) => p.publish(messages).await,
+            AnyPublisher::Kafka(p) => p.publish(messages).await,
+        }
+    }
+}
+
+/// One of the three brokers' subscriptions.
+enum AnySubscription {
+    Nats(JetStreamSubscription),
+    Rabbit(RabbitMqSubscription),
+    Kafka(KafkaSubscription),
+}
+
+impl AnySubscription {
+    async fn run<R: Routes<Postgres>>(
+        &self,
+        consumer: &Consumer<Postgres, R>,
+        shutdown: impl Future<Output = ()>,
+    ) -> ConsumeReport {
+        match self {
+            AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
+        }
+        .unwrap()
+    }
+}
+
+/// A publisher and a batched subscription for `topic` on `broker`, or `None` when the broker is
+/// unreachable and not required.
+async fn connect(
+    broker: &str,
+    topic: &str,
+    batch: usize,
+) -> Option<(AnyPublisher, AnySubscription)> {
+    match broker {
+        "nats" => {
+            let url = nats_url();
+            let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
+            let stream = topic.replace('-', "_").to_uppercase();
+            publisher
+                .ensure_stream(&stream, vec![format!("{topic}.>")])
+                .await
+                .unwrap();
+            let subscription = JetStreamSubscription::durable(
+                &publisher,
+                &stream,
+                "billing",
+                &format!("{topic}.>"),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap()
+            .batch(batch);
+            Some((
+                AnyPublisher::Nats(publisher),
+                AnySubscription::Nats(subscription),
+            ))
+        }
+        "rabbitmq" => {
+            let url = amqp_url();
+            let publisher = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)?;
+            publisher.declare_exchange(topic).await.unwrap();
+            let subscription = RabbitMqSubscription::bind(&publisher, topic, topic, "order.*")
+                .await
+                .unwrap()
+                .batch(batch);
+            Some((
+                AnyPublisher::Rabbit(publisher),
+                AnySubscription::Rabbit(subscription),
+            ))
+        }
+        "kafka" => {
+            let url = kafka_url();
+            let publisher = reachable("Kafka", &url, KafkaPublisher::connect(&url).await)?;
+            publisher.ensure_topic(topic, 3).await.unwrap();
+            let subscription = KafkaSubscription::subscribe(&url, &unique("billing"), &[topic])
+                .await
+                .unwrap()
+                .batch(batch);
+            Some((
+                AnyPublisher::Kafka(publisher),
+                AnySubscription::Kafka(subscription),
+            ))
+        }
+        other => panic!("no broker {other}"),
+    }
+}
+
+/// An outbox routing every order event to `topic` / `order.<kind>`.
+fn outbox(db: &TestDb<Postgres>, topic: &str) -> Outbox<Postgres> {
+    let route = |key: &str| Route {
+        channel: "MQ".into(),
+        topic: Some(topic.into()),
+        routing_key: Some(key.into()),
+    };
+    Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new()
+            .route("ORDER_PLACED", route("order.placed"))
+            .route("ORDER_PAID", route("order.paid"))
+            .route("NOTE_ADDED", route("order.note")),
+    )
+}
+
+/// What the consumer applied, in the order it committed.
+const APPLIED: &str = "CREATE TABLE applied (pos BIGSERIAL PRIMARY KEY, aggregate_id TEXT NOT NULL, \
+    sequence BIGINT NOT NULL, event_id TEXT NOT NULL)";
+
+async fn record(
+    tx: &mut PgConnection,
+    envelope: &event_core::EventEnvelope,
+) -> Result<(), HandlerError> {
+    sqlx::query("INSERT INTO applied (aggregate_id, sequence, event_id) VALUES ($1, $2, $3)")
+        .bind(&envelope.aggregate_id)
+        .bind(envelope.aggregate_sequence as i64)
+        .bind(envelope.event_id.as_str())
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+async fn count(db: &TestDb<Postgres>, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db.pool()).await.unwrap()
+}
+
+/// Runs the subscription until `done` holds (or the deadline passes), then stops it.
+async fn consume_until<R: Routes<Postgres>>(
+    subscription: &AnySubscription,
+    consumer: &Consumer<Postgres, R>,
+    done: impl AsyncFnMut() -> Result<(), String>,
+) -> ConsumeReport {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = subscription.run(consumer, async move {
+        let _ = stopped.await;
+    });
+    let watch = async move {
+        let result = wait::until(Duration::from_secs(60), done).await;
+        let _ = stop.send(());
+        result
+    };
+    let (report, waited) = tokio::join!(run, watch);
+    let () = waited;
+    report
+}
+
+async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {
+    let topic = unique("batch").replace('_', "-");
+    let Some((publisher, subscription)) = connect(broker, &topic, 50).await else {
+        return;
+    };
+    let db = TestDb::postgres().await.unwrap();
+    sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
+    let outbox = outbox(&db, &topic);
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    for i in 0..50 {
+        uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
+            .unwrap();
+    }
+    outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    // Everything is in the broker before the consumer starts: it takes full batches.
+    let published = outbox
+        .relay(publisher, RelayConfig::new("relay").batch_size(50))
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!(published.published, 50);
+
+    let consumer = Consumer::new(db.pool().clone(), "billing", "1.0.0").on(
+        async |tx: &mut PgConnection, placed: Delivered<OrderPlaced>| {
+            if placed.order_id == "o-13" {
+                return Err(HandlerError::Permanent("o-13 has no customer".into()));
+            }
+            record(tx, &placed.envelope).await
+        },
+    );
+    let report = consume_until(&subscription, &consumer, async || {
+        let applied = count(&db, "SELECT COUNT(*) FROM applied").await;
+        let quarantined = consumer
+            .quarantined(10)
+            .await
+            .map_err(|e| e.to_string())?
+            .len();
+        if applied == 49 && quarantined == 1 {
+            Ok(())
+        } else {
+            Err(format!("{applied} applied, {quarantined} quarantined"))
+        }
+    })
+    .await;
+    assert_eq!((report.applied, report.quarantined), (49, 1), "{report:?}");
+    assert_eq!(
+        count(&db, "SELECT COUNT(DISTINCT event_id) FROM applied").await,
+        49
+    );
+    let quarantined = consumer.quarantined(10).await.unwrap();
+    assert!(
+        quarantined[0].body.contains("\"o-13\""),
+        "{:?}",
+        quarantined[0]
+    );
+    assert_eq!(quarantined[0].reason, "o-13 has no customer");
+    // Each batch transaction stamps its inbox rows with one time: far fewer than 49 times.
+    let transactions = count(
+        &db,
+        "SELECT COUNT(DISTINCT consumed_time) FROM consumed_event WHERE consumer = 'billing'",
+    )
+    .await;
+    assert!(
+        transactions <= 10,
+        "{transactions} inbox transactions for 49 events"
+    );
+    db.cleanup().await;
+}
+
+async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
+    const ORDERS: usize = 20;
+    const PER_ORDER: usize = 6;
+    let topic = unique("order").replace('_', "-");
+    let Some((publisher, subscription)) = connect(broker, &topic, 50).await else {
+        return;
+    };
+    let db = TestDb::postgres().await.unwrap();
+    sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
+    let outbox = outbox(&db, &topic);
+    // Each order: placed, paid, then four notes; committed one transaction per event, so that
+    // the relays' claims interleave the aggregates.
+    let mut orders: Vec<Order> = (0..ORDERS)
+        .map(|i| Order::place(&format!("o-{i}"), 10).unwrap())
+        .collect();
+    for step in 0..PER_ORDER {
+        for order in &mut orders {
+            match step {
+                0 => {}
+                1 => order.pay(10).unwrap(),
+                n => order
+                    .record(NoteAdded {
+                        text: format!("note {n}"),
+                    })
+                    .unwrap(),
+            }
+            let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+            uow.collect(order).unwrap();
+            outbox
+                .commit(db.pool().begin().await.unwrap(), uow)
+                .await
+                .unwrap();
+        }
+    }
+
+    let consumer = Consumer::new(db.pool().clone(), "view", "1.0.0")
+        .on(async |tx: &mut PgConnection, e: Delivered<OrderPlaced>| record(tx, &e.envelope).await)
+        .on(async |tx: &mut PgConnection, e: Delivered<OrderPaid>| record(tx, &e.envelope).await)
+        .on(async |tx: &mut PgConnection, e: Delivered<NoteAdded>| record(tx, &e.envelope).await);
+    let relays: Vec<_> = (0..4)
+        .map(|i| {
+            outbox.relay(
+                publisher.clone(),
+                RelayConfig::new(format!("relay-{i}")).batch_size(7),
+            )
+        })
+        .collect();
+    let publish = async {
+        let reports = futures_util::future::join_all(relays.iter().map(|r| r.drain())).await;
+        reports
+            .into_iter()
+            .map(|r| r.unwrap().published)
+            .sum::<usize>()
+    };
+    let consume = consume_until(&subscription, &consumer, async || {
+        match count(&db, "SELECT COUNT(*) FROM applied").await {
+            n if n == (ORDERS * PER_ORDER) as i64 => Ok(()),
+            n => Err(format!("{n} applied")),
+        }
+    });
+    let (published, report) = tokio::join!(publish, consume);
+    assert_eq!(published, ORDERS * PER_ORDER);
+    assert_eq!(report.applied, ORDERS * PER_ORDER, "{report:?}");
+
+    // Per aggregate, the sequences in commit order are 1, 2, ... 6.
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, sequence FROM applied ORDER BY pos")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    let mut last = std::collections::HashMap::new();
+    for (aggregate, sequence) in rows {
+        let previous = last.insert(aggregate.clone(), sequence).unwrap_or(0);
+        assert_eq!(
+            sequence,
+            previous + 1,
+            "{aggregate} went from {previous} to {sequence}"
+        );
+    }
+    assert_eq!(last.len(), ORDERS);
+    db.cleanup().await;
+}
+
+macro_rules! on_every_broker {
+    ($($broker:ident),*) => {$(
+        mod $broker {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_failing_event_is_quarantined_and_its_batch_commits() {
+                super::a_failing_event_is_quarantined_and_its_batch_commits(stringify!($broker)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn order_per_aggregate_holds_through_batches_with_4_relays() {
+                super::order_per_aggregate_holds_through_batches_with_4_relays(stringify!($broker)).await;
+            }
+        }
+    )*};
+}
+
+on_every_broker!(nats, rabbitmq, kafka);
