@@ -13,6 +13,7 @@ mod delivery;
 mod derive_build;
 mod reconcile;
 mod sql;
+mod throughput;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -66,6 +67,15 @@ struct Args {
     /// and without (benches/results/derive-build.json).
     #[arg(long)]
     derive_build: Option<usize>,
+    /// Instead of the outbox: batched consumers end to end, a committed backlog of this many
+    /// events per broker and consumer batch size, and latency at 500 events/s and at saturation
+    /// (benches/results/throughput.json).
+    #[arg(long)]
+    throughput: Option<usize>,
+    /// With --throughput: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
+    /// kafka).
+    #[arg(long, default_value = "all")]
+    brokers: String,
 }
 
 /// A publisher that accepts everything after serializing it, as a real one would.
@@ -132,6 +142,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.archive {
         return archive_bench(&args).await;
+    }
+    if let Some(events) = args.throughput {
+        return throughput::run(events, &args.brokers).await;
     }
     if let Some(events) = args.derive_build {
         return derive_build::run(events);

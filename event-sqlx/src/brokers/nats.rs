@@ -113,9 +113,23 @@ impl NatsPublisher {
     }
 }
 
+/// Publishes in flight at most per window: the client holds at most 5000 unacknowledged
+/// publishes per context, and relays sharing one publisher must stay under that together.
+const ACK_WINDOW: usize = 500;
+
 impl Publisher for NatsPublisher {
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        // Send every message first, then wait for the acks: one round trip's latency per batch.
+        let mut results = Vec::with_capacity(messages.len());
+        for window in messages.chunks(ACK_WINDOW) {
+            results.extend(self.publish_window(window).await);
+        }
+        results
+    }
+}
+
+impl NatsPublisher {
+    async fn publish_window(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        // Send every message first, then wait for the acks: one round trip's latency per window.
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let mut headers = async_nats::HeaderMap::new();

@@ -1,0 +1,575 @@
+//! Batched consumers end to end on PostgreSQL, per broker (benches/results/throughput.json):
+//!
+//! - backlog: the time to move a committed backlog from the outbox into the consumer's table
+//!   (relays and a batched subscription running), per consumer batch size, against the
+//!   database's raw multi-row INSERT rate and the broker's raw publish rate, both measured in
+//!   the same run;
+//! - latency: commit-to-consume p50/p99 at a fixed moderate rate (one producer, one event per
+//!   transaction) and at saturation (four producers as fast as they go).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use event_core::{EventContext, UnitOfWork};
+use event_sqlx::{
+    Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher, KafkaSubscription,
+    NatsPublisher, Outbox, OutboxConfig, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
+    RabbitMqSubscription, RelayConfig, Route, Routes,
+};
+use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, unique};
+use event_tests::fixtures::{Order, OrderPlaced};
+use serde::Serialize;
+use sqlx::{PgConnection, Postgres};
+
+#[derive(Clone)]
+enum AnyPublisher {
+    Nats(NatsPublisher),
+    Rabbit(RabbitMqPublisher),
+    Kafka(KafkaPublisher),
+}
+
+impl Publisher for AnyPublisher {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        match self {
+            AnyPublisher::Nats(p) => p.publish(messages).await,
+            AnyPublisher::Rabbit(p) => p.publish(messages).await,
+            AnyPublisher::Kafka(p) => p.publish(messages).await,
+        }
+    }
+}
+
+#[allow(clippy::large_enum_variant)]
+enum AnySubscription {
+    Nats(JetStreamSubscription),
+    Rabbit(RabbitMqSubscription),
+    Kafka(KafkaSubscription),
+}
+
+impl AnySubscription {
+    async fn run<R: Routes<Postgres>>(
+        &self,
+        consumer: &Consumer<Postgres, R>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<event_sqlx::ConsumeReport, event_sqlx::Error> {
+        match self {
+            AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Backlog {
+    broker: &'static str,
+    consumer_batch: usize,
+    events: usize,
+    end_to_end_events_per_s: f64,
+    raw_publish_per_s: f64,
+    raw_multi_row_insert_per_s: f64,
+    vs_raw_publish: f64,
+    vs_raw_insert: f64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Latency {
+    broker: &'static str,
+    load: String,
+    consumer_batch: usize,
+    events: usize,
+    events_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
+    let mut backlog = Vec::new();
+    let mut latency = Vec::new();
+    for broker in ["nats", "rabbitmq", "kafka"] {
+        if brokers != "all" && !brokers.split(',').any(|b| b == broker) {
+            continue;
+        }
+        let raw = raw_publish(broker, 20_000)
+            .await
+            .with_context(|| format!("{broker} raw"))?;
+        let batches: &[usize] = if broker == "nats" {
+            &[1, 50, 500]
+        } else {
+            &[50, 500]
+        };
+        for &batch in batches {
+            // One transaction per event is two orders of magnitude slower: a tenth of the backlog.
+            let n = if batch == 1 { events / 10 } else { events };
+            let figures = drain_backlog(broker, batch, n, raw)
+                .await
+                .with_context(|| format!("{broker} backlog, batch {batch}"))?;
+            eprintln!("{figures:?}");
+            backlog.push(figures);
+        }
+        let figures = paced(broker, 500.0, 5_000)
+            .await
+            .with_context(|| format!("{broker} at 500/s"))?;
+        eprintln!("{figures:?}");
+        latency.push(figures);
+        let figures = saturated(broker, 20_000)
+            .await
+            .with_context(|| format!("{broker} saturated"))?;
+        eprintln!("{figures:?}");
+        latency.push(figures);
+    }
+    let report = serde_json::json!({
+        "machine": crate::machine(),
+        "measuredAt": Utc::now(),
+        "store": "PostgreSQL",
+        "note": "one run; each ratio is against a baseline measured in the same run on the same services",
+        "backlog": backlog,
+        "latency": latency,
+    });
+    std::fs::create_dir_all("benches/results")?;
+    std::fs::write(
+        "benches/results/throughput.json",
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// A database with the consumer's table, an outbox routing orders to `topic`, a publisher and
+/// a subscription with `batch`.
+struct Setup {
+    db: TestDb<Postgres>,
+    outbox: Outbox<Postgres>,
+    publisher: AnyPublisher,
+    subscription: AnySubscription,
+}
+
+async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
+    let db = TestDb::postgres()
+        .await
+        .context("PostgreSQL is unreachable")?;
+    sqlx::raw_sql("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor BIGINT NOT NULL)")
+        .execute(db.pool())
+        .await?;
+    let topic = unique("tp").replace('_', "-");
+    let outbox = Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new().route(
+            "ORDER_PLACED",
+            Route {
+                channel: "MQ".into(),
+                topic: Some(topic.clone()),
+                routing_key: Some("order.placed".into()),
+            },
+        ),
+    );
+    let (publisher, subscription) = match broker {
+        "nats" => {
+            let publisher = NatsPublisher::connect(&nats_url()).await?;
+            let stream = topic.replace('-', "_").to_uppercase();
+            publisher
+                .ensure_stream(&stream, vec![format!("{topic}.>")])
+                .await?;
+            let subscription = JetStreamSubscription::durable(
+                &publisher,
+                &stream,
+                "invoice-service",
+                &format!("{topic}.>"),
+                Duration::from_secs(30),
+            )
+            .await?
+            .batch(batch);
+            (
+                AnyPublisher::Nats(publisher),
+                AnySubscription::Nats(subscription),
+            )
+        }
+        "rabbitmq" => {
+            let publisher = RabbitMqPublisher::connect(&amqp_url()).await?;
+            publisher.declare_exchange(&topic).await?;
+            let subscription = RabbitMqSubscription::bind(
+                &publisher,
+                &topic,
+                &format!("{topic}-invoices"),
+                "order.*",
+            )
+            .await?
+            .batch(batch);
+            (
+                AnyPublisher::Rabbit(publisher),
+                AnySubscription::Rabbit(subscription),
+            )
+        }
+        _ => {
+            let publisher = KafkaPublisher::connect(&kafka_url()).await?;
+            publisher.ensure_topic(&topic, 3).await?;
+            let subscription =
+                KafkaSubscription::subscribe(&kafka_url(), &unique("invoices"), &[topic.as_str()])
+                    .await?
+                    .batch(batch);
+            (
+                AnyPublisher::Kafka(publisher),
+                AnySubscription::Kafka(subscription),
+            )
+        }
+    };
+    Ok(Setup {
+        db,
+        outbox,
+        publisher,
+        subscription,
+    })
+}
+
+/// The consumer: one invoice row per order; records commit-to-consume latency when the order id
+/// carries its commit time (`o<i>-<micros>`), and counts what it applied.
+fn consumer(
+    pool: &sqlx::PgPool,
+    applied: Arc<AtomicUsize>,
+    latencies: Arc<std::sync::Mutex<Vec<f64>>>,
+) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
+    Consumer::new(pool.clone(), "invoice-service", "bench").on(
+        async move |tx: &mut PgConnection,
+                    placed: Delivered<OrderPlaced>|
+                    -> Result<(), HandlerError> {
+            sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES ($1, $2)")
+                .bind(&placed.order_id)
+                .bind(placed.amount_minor)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(committed) = placed
+                .order_id
+                .rsplit('-')
+                .next()
+                .and_then(|t| t.parse::<i64>().ok())
+            {
+                let ms = (Utc::now().timestamp_micros() - committed) as f64 / 1000.0;
+                latencies
+                    .lock()
+                    .map_err(|e| HandlerError::Bug(e.to_string()))?
+                    .push(ms);
+            }
+            applied.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        },
+    )
+}
+
+/// Runs two relays and the subscription until the handler has applied `target` events
+/// (`applied` counts them in memory, so that watching costs the database nothing; the table is
+/// counted once at the end), then stops them. Returns the time from start.
+async fn run_until_applied<R: Routes<Postgres>>(
+    s: &Setup,
+    consumer: &Consumer<Postgres, R>,
+    applied: &AtomicUsize,
+    target: usize,
+    produce: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Duration> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let relays: Vec<_> = (0..2)
+        .map(|i| {
+            s.outbox.relay(
+                s.publisher.clone(),
+                RelayConfig::new(format!("relay-{i}"))
+                    .batch_size(500)
+                    .poll_interval(Duration::from_millis(100)),
+            )
+        })
+        .collect();
+    let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let relaying =
+        futures_util::future::join_all(relays.iter().map(|r| r.run(wait_stop(stopped.clone()))));
+    let consuming = s.subscription.run(consumer, wait_stop(stopped.clone()));
+    let watch = async {
+        produce.await?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while applied.load(Ordering::Relaxed) < target {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} of {target} applied after 10 minutes",
+                applied.load(Ordering::Relaxed)
+            );
+            // Polling the handler's counter, with the deadline above.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let elapsed = started.elapsed();
+        let _ = stop.send(true);
+        Ok::<_, anyhow::Error>(elapsed)
+    };
+    let (_, consumed, elapsed) = tokio::join!(relaying, consuming, watch);
+    consumed?;
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM invoice")
+        .fetch_one(s.db.pool())
+        .await?;
+    anyhow::ensure!(
+        rows as usize == target,
+        "{rows} invoices for {target} events"
+    );
+    elapsed
+}
+
+/// Commits `events` orders in transactions of 1000 before anything runs.
+async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Result<()> {
+    for chunk in (0..events).collect::<Vec<_>>().chunks(1000) {
+        let mut uow = UnitOfWork::new(EventContext::new("bench"));
+        for i in chunk {
+            uow.collect(
+                &mut Order::place(&format!("o{i}"), *i as i64)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        outbox.commit(outbox.pool().begin().await?, uow).await?;
+    }
+    Ok(())
+}
+
+async fn drain_backlog(
+    broker: &'static str,
+    batch: usize,
+    events: usize,
+    raw_publish: f64,
+) -> anyhow::Result<Backlog> {
+    let s = setup(broker, batch).await?;
+    let raw_insert = raw_insert(&s.db, events).await?;
+    commit_backlog(&s.outbox, events).await?;
+    let applied = Arc::new(AtomicUsize::new(0));
+    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
+    let elapsed = run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?;
+    let rate = events as f64 / elapsed.as_secs_f64();
+    s.db.cleanup().await;
+    Ok(Backlog {
+        broker,
+        consumer_batch: batch,
+        events,
+        end_to_end_events_per_s: rate,
+        raw_publish_per_s: raw_publish,
+        raw_multi_row_insert_per_s: raw_insert,
+        vs_raw_publish: rate / raw_publish,
+        vs_raw_insert: rate / raw_insert,
+    })
+}
+
+/// The database's raw rate: `events` rows into a table like the consumer's, 500 rows per
+/// multi-row INSERT, one transaction per statement.
+async fn raw_insert(db: &TestDb<Postgres>, events: usize) -> anyhow::Result<f64> {
+    sqlx::raw_sql(
+        "CREATE TABLE raw_invoice (order_id TEXT PRIMARY KEY, amount_minor BIGINT NOT NULL)",
+    )
+    .execute(db.pool())
+    .await?;
+    let started = Instant::now();
+    for chunk in (0..events).collect::<Vec<_>>().chunks(500) {
+        let mut q = sqlx::QueryBuilder::<Postgres>::new(
+            "INSERT INTO raw_invoice (order_id, amount_minor) ",
+        );
+        q.push_values(chunk, |mut row, i| {
+            row.push_bind(format!("o{i}")).push_bind(*i as i64);
+        });
+        q.build().execute(db.pool()).await?;
+    }
+    let rate = events as f64 / started.elapsed().as_secs_f64();
+    sqlx::raw_sql("DROP TABLE raw_invoice")
+        .execute(db.pool())
+        .await?;
+    Ok(rate)
+}
+
+/// One producer committing one event per transaction at `rate` per second.
+async fn paced(broker: &'static str, rate: f64, events: usize) -> anyhow::Result<Latency> {
+    let s = setup(broker, 50).await?;
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
+    let applied = Arc::new(AtomicUsize::new(0));
+    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
+    let outbox = s.outbox.clone();
+    let produce = async move {
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        for i in 0..events {
+            tick.tick().await;
+            commit_one(&outbox, i).await?;
+        }
+        Ok(())
+    };
+    let elapsed = run_until_applied(&s, &consumer, &applied, events, produce).await?;
+    let figures = latency_figures(
+        broker,
+        format!("{rate} events/s, 1 producer"),
+        50,
+        events,
+        elapsed,
+        &latencies,
+    )?;
+    s.db.cleanup().await;
+    Ok(figures)
+}
+
+/// Four producers, one event per transaction, as fast as they go.
+async fn saturated(broker: &'static str, events: usize) -> anyhow::Result<Latency> {
+    let s = setup(broker, 50).await?;
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
+    let applied = Arc::new(AtomicUsize::new(0));
+    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
+    let outbox = s.outbox.clone();
+    let produce = async move {
+        let producers = (0..4).map(|p| {
+            let outbox = outbox.clone();
+            async move {
+                for i in (p..events).step_by(4) {
+                    commit_one(&outbox, i).await?;
+                }
+                Ok::<(), anyhow::Error>(())
+            }
+        });
+        for done in futures_util::future::join_all(producers).await {
+            done?;
+        }
+        Ok(())
+    };
+    let elapsed = run_until_applied(&s, &consumer, &applied, events, produce).await?;
+    let figures = latency_figures(
+        broker,
+        "saturation, 4 producers".into(),
+        50,
+        events,
+        elapsed,
+        &latencies,
+    )?;
+    s.db.cleanup().await;
+    Ok(figures)
+}
+
+async fn commit_one(outbox: &Outbox<Postgres>, i: usize) -> anyhow::Result<()> {
+    // The commit time travels in the order id, for the latency measurement.
+    let id = format!("o{i}-{}", Utc::now().timestamp_micros());
+    let mut uow = UnitOfWork::new(EventContext::new("bench"));
+    uow.collect(&mut Order::place(&id, i as i64).map_err(|e| anyhow::anyhow!("{e}"))?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    outbox.commit(outbox.pool().begin().await?, uow).await?;
+    Ok(())
+}
+
+fn latency_figures(
+    broker: &'static str,
+    load: String,
+    batch: usize,
+    events: usize,
+    elapsed: Duration,
+    latencies: &std::sync::Mutex<Vec<f64>>,
+) -> anyhow::Result<Latency> {
+    let mut latencies = latencies
+        .lock()
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .clone();
+    anyhow::ensure!(!latencies.is_empty(), "no latency recorded");
+    latencies.sort_by(f64::total_cmp);
+    let percentile = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p).round() as usize];
+    Ok(Latency {
+        broker,
+        load,
+        consumer_batch: batch,
+        events,
+        events_per_s: events as f64 / elapsed.as_secs_f64(),
+        p50_ms: percentile(0.50),
+        p99_ms: percentile(0.99),
+    })
+}
+
+/// The broker's own publish rate, acks awaited and pipelined, with messages of the size of an
+/// envelope.
+async fn raw_publish(broker: &str, messages: usize) -> anyhow::Result<f64> {
+    let payload = vec![b'x'; 400];
+    let topic = unique("raw").replace('_', "-");
+    let started;
+    match broker {
+        "nats" => {
+            let publisher = NatsPublisher::connect(&nats_url()).await?;
+            let stream = topic.replace('-', "_").to_uppercase();
+            publisher
+                .ensure_stream(&stream, vec![format!("{topic}.>")])
+                .await?;
+            started = Instant::now();
+            // Acks awaited per window of 500, as the publisher does.
+            for window in (0..messages).collect::<Vec<_>>().chunks(500) {
+                let mut acks = Vec::with_capacity(window.len());
+                for i in window {
+                    acks.push(
+                        publisher
+                            .jetstream()
+                            .publish(format!("{topic}.raw.{i}"), payload.clone().into())
+                            .await?,
+                    );
+                }
+                for ack in acks {
+                    ack.await?;
+                }
+            }
+            let elapsed = started.elapsed();
+            publisher.jetstream().delete_stream(&stream).await?;
+            Ok(messages as f64 / elapsed.as_secs_f64())
+        }
+        "rabbitmq" => {
+            let publisher = RabbitMqPublisher::connect(&amqp_url()).await?;
+            publisher.declare_exchange(&topic).await?;
+            let queue = format!("{topic}-raw");
+            drop(RabbitMqSubscription::bind(&publisher, &topic, &queue, "raw.*").await?);
+            started = Instant::now();
+            let mut confirms = Vec::with_capacity(messages);
+            for _ in 0..messages {
+                confirms.push(
+                    publisher
+                        .channel()
+                        .basic_publish(
+                            lapin::types::ShortString::from(topic.as_str()),
+                            lapin::types::ShortString::from("raw.x"),
+                            lapin::options::BasicPublishOptions::default(),
+                            &payload,
+                            lapin::BasicProperties::default().with_delivery_mode(2),
+                        )
+                        .await?,
+                );
+            }
+            for confirm in confirms {
+                confirm.await?;
+            }
+            let elapsed = started.elapsed();
+            publisher
+                .channel()
+                .queue_delete(
+                    lapin::types::ShortString::from(queue.as_str()),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await?;
+            Ok(messages as f64 / elapsed.as_secs_f64())
+        }
+        _ => {
+            use rdkafka::producer::{FutureProducer, FutureRecord};
+            let admin = KafkaPublisher::connect(&kafka_url()).await?;
+            admin.ensure_topic(&topic, 3).await?;
+            // The same idempotent producer settings as the publisher, without the outbox.
+            let producer: FutureProducer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", kafka_url())
+                .set("enable.idempotence", "true")
+                .set("acks", "all")
+                .set("linger.ms", "1")
+                .create()?;
+            started = Instant::now();
+            let mut deliveries = Vec::with_capacity(messages);
+            for i in 0..messages {
+                let key = format!("k{i}");
+                let record = FutureRecord::to(&topic).key(&key).payload(&payload);
+                deliveries.push(producer.send_result(record).map_err(|(e, _)| e)?);
+            }
+            for delivery in deliveries {
+                delivery.await?.map_err(|(e, _)| e)?;
+            }
+            Ok(messages as f64 / started.elapsed().as_secs_f64())
+        }
+    }
+}
