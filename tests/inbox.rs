@@ -493,12 +493,73 @@ mod batch {
         );
     }
 
+    /// A batch handler gets the whole slice in one call; one bad event in it is isolated by
+    /// halving, and the others commit.
+    async fn a_batch_handler_gets_the_slice_and_a_bad_event_is_isolated<DB: Orders>(
+        db: &TestDb<DB>,
+    ) {
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        for i in 0..40 {
+            uow.collect(&mut Order::place(&format!("b-{i}"), 100 + i).unwrap())
+                .unwrap();
+        }
+        let bodies: Vec<Vec<u8>> = uow
+            .commit()
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap())
+            .collect();
+        let calls = Mutex::new(Vec::new());
+        let consumer = Consumer::new(db.pool().clone(), "bulk-billing", "1.0.0").on_batch(
+            async |tx: &mut DB::Connection, placed: Vec<Delivered<OrderPlaced>>| {
+                calls.lock().unwrap().push(placed.len());
+                for e in &placed {
+                    if e.order_id == "b-29" {
+                        return Err(HandlerError::Permanent("b-29 has no customer".into()));
+                    }
+                    DB::save_order(tx, &e.order_id, "PLACED", 1).await?;
+                }
+                Ok(())
+            },
+        );
+        let batch: Vec<Received<'_>> = bodies
+            .iter()
+            .map(|b| Received {
+                body: b,
+                message_id: None,
+            })
+            .collect();
+        let outcomes = consumer.receive_batch(&batch).await.unwrap();
+        assert!(
+            matches!(&outcomes[29], Processed::Quarantined(r) if r == "b-29 has no customer"),
+            "{outcomes:?}"
+        );
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == Processed::Applied)
+                .count(),
+            39
+        );
+        assert_eq!(
+            DB::count_orders(db.pool()).await.unwrap(),
+            10 + 39,
+            "the ten orders of the test before, and 39 of these"
+        );
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(
+            calls[0], 40,
+            "the first call took the whole slice: {calls:?}"
+        );
+        assert!(calls.len() <= 16, "halving, not one by one: {calls:?}");
+    }
+
     macro_rules! on_every_backend {
         ($($backend:ident),*) => {$(
             #[tokio::test]
             async fn $backend() {
                 if let Some(db) = TestDb::$backend().await {
                     a_failing_event_does_not_poison_its_batch(&db).await;
+                    a_batch_handler_gets_the_slice_and_a_bad_event_is_isolated(&db).await;
                     db.cleanup().await;
                 }
             }

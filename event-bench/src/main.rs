@@ -11,6 +11,7 @@
 
 mod delivery;
 mod derive_build;
+mod producer;
 mod reconcile;
 mod sql;
 mod throughput;
@@ -72,6 +73,11 @@ struct Args {
     /// (benches/results/throughput.json).
     #[arg(long)]
     throughput: Option<usize>,
+    /// Instead of the outbox: a business transaction with one outbox event under each index
+    /// profile, against a one-column, one-index row (benches/results/producer.json); this many
+    /// transactions per variant.
+    #[arg(long)]
+    producer: Option<usize>,
     /// With --throughput: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
     /// kafka).
     #[arg(long, default_value = "all")]
@@ -142,6 +148,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.archive {
         return archive_bench(&args).await;
+    }
+    if let Some(transactions) = args.producer {
+        return producer::run(transactions).await;
     }
     if let Some(events) = args.throughput {
         return throughput::run(events, &args.brokers).await;

@@ -67,6 +67,9 @@ impl AnySubscription {
 struct Backlog {
     broker: &'static str,
     consumer_batch: usize,
+    /// `per event` (`Consumer::on`, one INSERT per event) or `batch` (`Consumer::on_batch`, one
+    /// multi-row INSERT per batch).
+    handler: &'static str,
     events: usize,
     end_to_end_events_per_s: f64,
     raw_publish_per_s: f64,
@@ -97,15 +100,21 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
         let raw = raw_publish(broker, 20_000)
             .await
             .with_context(|| format!("{broker} raw"))?;
-        let batches: &[usize] = if broker == "nats" {
-            &[1, 50, 500]
+        let runs: &[(usize, bool)] = if broker == "nats" {
+            &[
+                (1, false),
+                (50, false),
+                (500, false),
+                (50, true),
+                (500, true),
+            ]
         } else {
-            &[50, 500]
+            &[(500, false), (500, true)]
         };
-        for &batch in batches {
+        for &(batch, slice) in runs {
             // One transaction per event is two orders of magnitude slower: a tenth of the backlog.
             let n = if batch == 1 { events / 10 } else { events };
-            let figures = drain_backlog(broker, batch, n, raw)
+            let figures = drain_backlog(broker, batch, slice, n, raw)
                 .await
                 .with_context(|| format!("{broker} backlog, batch {batch}"))?;
             eprintln!("{figures:?}");
@@ -259,6 +268,28 @@ fn consumer(
     )
 }
 
+/// The same consumer with a batch handler: one multi-row INSERT for the invoices of a batch.
+fn batch_consumer(
+    pool: &sqlx::PgPool,
+    applied: Arc<AtomicUsize>,
+) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
+    Consumer::new(pool.clone(), "invoice-service", "bench").on_batch(
+        async move |tx: &mut PgConnection,
+                    placed: Vec<Delivered<OrderPlaced>>|
+                    -> Result<(), HandlerError> {
+            let mut q = sqlx::QueryBuilder::<Postgres>::new(
+                "INSERT INTO invoice (order_id, amount_minor) ",
+            );
+            q.push_values(&placed, |mut row, p| {
+                row.push_bind(&p.order_id).push_bind(p.amount_minor);
+            });
+            q.build().execute(&mut *tx).await?;
+            applied.fetch_add(placed.len(), Ordering::Relaxed);
+            Ok(())
+        },
+    )
+}
+
 /// Runs two relays and the subscription until the handler has applied `target` events
 /// (`applied` counts them in memory, so that watching costs the database nothing; the table is
 /// counted once at the end), then stops them. Returns the time from start.
@@ -334,6 +365,7 @@ async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Res
 async fn drain_backlog(
     broker: &'static str,
     batch: usize,
+    slice: bool,
     events: usize,
     raw_publish: f64,
 ) -> anyhow::Result<Backlog> {
@@ -341,13 +373,19 @@ async fn drain_backlog(
     let raw_insert = raw_insert(&s.db, events).await?;
     commit_backlog(&s.outbox, events).await?;
     let applied = Arc::new(AtomicUsize::new(0));
-    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
-    let elapsed = run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?;
+    let elapsed = if slice {
+        let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied));
+        run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
+    } else {
+        let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
+        run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
+    };
     let rate = events as f64 / elapsed.as_secs_f64();
     s.db.cleanup().await;
     Ok(Backlog {
         broker,
         consumer_batch: batch,
+        handler: if slice { "batch" } else { "per event" },
         events,
         end_to_end_events_per_s: rate,
         raw_publish_per_s: raw_publish,
@@ -382,7 +420,7 @@ async fn raw_insert(db: &TestDb<Postgres>, events: usize) -> anyhow::Result<f64>
     Ok(rate)
 }
 
-/// One producer committing one event per transaction at `rate` per second.
+/// Two producers, each committing one event per transaction at `rate / 2` per second.
 async fn paced(broker: &'static str, rate: f64, events: usize) -> anyhow::Result<Latency> {
     let s = setup(broker, 50).await?;
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
@@ -390,17 +428,26 @@ async fn paced(broker: &'static str, rate: f64, events: usize) -> anyhow::Result
     let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
     let outbox = s.outbox.clone();
     let produce = async move {
-        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-        for i in 0..events {
-            tick.tick().await;
-            commit_one(&outbox, i).await?;
+        let producers = (0..2).map(|p| {
+            let outbox = outbox.clone();
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(2.0 / rate));
+                for i in (p..events).step_by(2) {
+                    tick.tick().await;
+                    commit_one(&outbox, i).await?;
+                }
+                Ok::<(), anyhow::Error>(())
+            }
+        });
+        for done in futures_util::future::join_all(producers).await {
+            done?;
         }
         Ok(())
     };
     let elapsed = run_until_applied(&s, &consumer, &applied, events, produce).await?;
     let figures = latency_figures(
         broker,
-        format!("{rate} events/s, 1 producer"),
+        format!("{rate} events/s, 2 producers"),
         50,
         events,
         elapsed,

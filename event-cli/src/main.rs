@@ -33,7 +33,7 @@ enum Command {
     /// Run an order service on an SQLite file: place and pay orders, relay the events, print them.
     Demo(demo::DemoArgs),
     /// Create the event tables (biz_outbox_event, biz_message_event, consumed_event).
-    Migrate(DbArgs),
+    Migrate(ops::MigrateArgs),
     /// Publish committed outbox events until stopped (Ctrl-C or SIGTERM finish the batch in flight).
     Relay(ops::RelayArgs),
     /// Inspect and repair the outbox.
@@ -125,7 +125,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
-        Command::Migrate(db) => ops::migrate(&db).await,
+        Command::Migrate(args) => ops::migrate(&args).await,
         Command::Relay(args) => ops::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
         Command::Messages(command) => messages::run(command).await,

@@ -12,11 +12,36 @@ use crate::check::{Backlog, BacklogLimits};
 use crate::db::{self, with_outbox};
 use crate::{DbArgs, output};
 
-pub(crate) async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
-    with_outbox!(db, |outbox| {
-        outbox.migrate().await?;
+/// `eventctl migrate`.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The outbox table's indexes: `seed` (the seed's twelve) or `lean` (PostgreSQL only: five
+    /// touched by the producer's insert; the lookups by trace id, event type and topic move to
+    /// the archive table). Migrating again with the other profile switches back.
+    #[arg(long, value_enum, default_value_t = Profile::Seed)]
+    index_profile: Profile,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Profile {
+    Seed,
+    Lean,
+}
+
+pub(crate) async fn migrate(args: &MigrateArgs) -> anyhow::Result<ExitCode> {
+    let profile = match args.index_profile {
+        Profile::Seed => event_sqlx::IndexProfile::Seed,
+        Profile::Lean => event_sqlx::IndexProfile::Lean,
+    };
+    with_outbox!(&args.db, |outbox| {
+        let config = outbox.config().clone().index_profile(profile);
+        event_sqlx::Outbox::new(outbox.pool().clone(), config)
+            .migrate()
+            .await?;
     });
-    println!("event tables are up to date");
+    println!("event tables are up to date ({profile:?} index profile)");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
 use crate::inbox::{Handled, Inbox, InboxError};
-use crate::route::{Delivered, NoRoutes, On, Routes, UnknownEvents};
+use crate::route::{Delivered, NoRoutes, On, OnBatch, Routes, UnknownEvents};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox::{self as sql, Selection};
@@ -72,6 +72,9 @@ enum BatchRun {
     Committed(Vec<Processed>),
     /// The handler of the event at this index failed; nothing was committed.
     FailedAt(usize),
+    /// A batch handler failed on the events in this range (some event of it); nothing was
+    /// committed.
+    FailedRun(usize, usize),
 }
 
 /// One consumer: its handlers, one per event type, its inbox, the upcasters it reads old versions
@@ -167,6 +170,33 @@ impl<DB: Backend, R> Consumer<DB, R> {
             owner: self.owner,
             quarantine: self.quarantine,
             routes: On::new(handler, self.routes),
+            unknown: self.unknown,
+        }
+    }
+
+    /// Handles events of type `E` a batch at a time with `handler`, which gets every event of
+    /// that type that arrived together, in order, in one call (one multi-row write instead of
+    /// one statement per event), inside the transaction that records them in the inbox. Only
+    /// [`Consumer::receive_batch`] (a subscription's `.batch(n)`) gathers events; elsewhere the
+    /// handler gets one at a time.
+    ///
+    /// When it fails, the batch is rolled back and split in halves, each tried in its own
+    /// transaction, until the failing event is alone: it then takes the one-event path
+    /// (retried, quarantined, or the consumer stopped), and order per aggregate holds.
+    pub fn on_batch<E, H>(self, handler: H) -> Consumer<DB, OnBatch<E, H, R>>
+    where
+        E: event_core::DomainEvent,
+        H: AsyncFn(&mut DB::Connection, Vec<Delivered<E>>) -> Result<(), HandlerError>,
+    {
+        Consumer {
+            inbox: self.inbox,
+            version: self.version,
+            upcasters: self.upcasters,
+            retries: self.retries,
+            attempts: self.attempts,
+            owner: self.owner,
+            quarantine: self.quarantine,
+            routes: OnBatch::new(handler, self.routes),
             unknown: self.unknown,
         }
     }
@@ -715,27 +745,81 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
                     }
                     return Ok(());
                 }
+                BatchRun::FailedRun(a, b) => {
+                    let (before, tail) = rest.split_at(a);
+                    self.commit_before(before, messages, outcomes, started)
+                        .await?;
+                    let (run, after) = tail.split_at(b - a);
+                    self.bisect(run, messages, outcomes).await?;
+                    rest = after;
+                }
                 BatchRun::FailedAt(k) => {
                     let (before, failing) = rest.split_at(k);
-                    if !before.is_empty() {
-                        match self.try_batch(before).await {
-                            Ok(BatchRun::Committed(processed)) => {
-                                self.count_batch(before, &processed, started);
-                                for ((i, _), outcome) in before.iter().zip(processed) {
-                                    outcomes[*i] = Some(outcome);
-                                }
-                            }
-                            // Failed on a second run where it passed the first: a handler that
-                            // is not deterministic, or the database. One at a time, then.
-                            Ok(BatchRun::FailedAt(_)) | Err(_) => {
-                                self.one_by_one(before, messages, outcomes).await?
-                            }
-                        }
-                    }
+                    self.commit_before(before, messages, outcomes, started)
+                        .await?;
                     let (i, _) = &failing[0];
                     let message = &messages[*i];
                     outcomes[*i] = Some(self.receive(message.body, message.message_id).await?);
                     rest = &failing[1..];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the events before a failure again, as a batch of their own.
+    async fn commit_before(
+        &self,
+        before: &[(usize, EventEnvelope)],
+        messages: &[Received<'_>],
+        outcomes: &mut [Option<Processed>],
+        started: std::time::Instant,
+    ) -> Result<(), Error> {
+        if before.is_empty() {
+            return Ok(());
+        }
+        match self.try_batch(before).await {
+            Ok(BatchRun::Committed(processed)) => {
+                self.count_batch(before, &processed, started);
+                for ((i, _), outcome) in before.iter().zip(processed) {
+                    outcomes[*i] = Some(outcome);
+                }
+                Ok(())
+            }
+            // Failed on a second run where it passed the first: a handler that is not
+            // deterministic, or the database. One at a time, then.
+            _ => self.one_by_one(before, messages, outcomes).await,
+        }
+    }
+
+    /// Isolates the failing event of a batch handler's run: halves, each in its own
+    /// transaction, in order, until a failing event is alone; that one takes the one-event path.
+    async fn bisect(
+        &self,
+        run: &[(usize, EventEnvelope)],
+        messages: &[Received<'_>],
+        outcomes: &mut [Option<Processed>],
+    ) -> Result<(), Error> {
+        // Ranges still to apply, the next one last.
+        let mut ranges = vec![(0, run.len())];
+        while let Some((lo, hi)) = ranges.pop() {
+            let part = &run[lo..hi];
+            if part.len() == 1 {
+                self.one_by_one(part, messages, outcomes).await?;
+                continue;
+            }
+            let started = std::time::Instant::now();
+            match self.try_batch(part).await {
+                Ok(BatchRun::Committed(processed)) => {
+                    self.count_batch(part, &processed, started);
+                    for ((i, _), outcome) in part.iter().zip(processed) {
+                        outcomes[*i] = Some(outcome);
+                    }
+                }
+                _ => {
+                    let mid = lo + part.len() / 2;
+                    ranges.push((mid, hi));
+                    ranges.push((lo, mid));
                 }
             }
         }
@@ -754,10 +838,41 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
             self.inbox.now(),
         )
         .await?;
-        let mut processed = Vec::with_capacity(batch.len());
-        for (k, envelope) in envelopes.iter().enumerate() {
-            if !new.contains(envelope.event_id.as_str()) {
-                processed.push(Processed::Duplicate);
+        let mut processed = vec![Processed::Duplicate; batch.len()];
+        let fresh: Vec<usize> = (0..envelopes.len())
+            .filter(|k| new.contains(envelopes[*k].event_id.as_str()))
+            .collect();
+        let mut at = 0;
+        while at < fresh.len() {
+            let k = fresh[at];
+            let envelope = envelopes[k];
+            if self.routes.takes_batches(&envelope.event_type) {
+                // The run of new events of this type that follow: one call.
+                let mut end = at + 1;
+                while end < fresh.len() && envelopes[fresh[end]].event_type == envelope.event_type {
+                    end += 1;
+                }
+                let run: Vec<&EventEnvelope> =
+                    fresh[at..end].iter().map(|k| envelopes[*k]).collect();
+                let span = tracing::info_span!(
+                    "event.consume",
+                    consumer = self.name(),
+                    event_type = %envelope.event_type,
+                    events = run.len(),
+                );
+                let handled = self
+                    .routes
+                    .dispatch_batch(&mut tx, &run, &self.upcasters)
+                    .instrument(span)
+                    .await;
+                if handled.is_err() {
+                    tx.rollback().await?;
+                    return Ok(BatchRun::FailedRun(k, fresh[end - 1] + 1));
+                }
+                for k in &fresh[at..end] {
+                    processed[*k] = Processed::Applied;
+                }
+                at = end;
                 continue;
             }
             let span = tracing::info_span!(
@@ -777,7 +892,8 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
                 tx.rollback().await?;
                 return Ok(BatchRun::FailedAt(k));
             }
-            processed.push(Processed::Applied);
+            processed[k] = Processed::Applied;
+            at += 1;
         }
         tx.commit().await?;
         Ok(BatchRun::Committed(processed))

@@ -41,7 +41,7 @@ pub use status::{EventStatus, FailureClass, FailureClassError, QuarantineStatus,
 pub use table::{TableName, TableNameError};
 
 pub use config::backoff::{Backoff, due_after};
-pub use config::outbox::{OutboxConfig, Route};
+pub use config::outbox::{IndexProfile, OutboxConfig, Route};
 pub use config::relay::RelayConfig;
 pub use row::message::{MessageEvent, MessageRecord};
 pub use row::outbox::{FlushReport, Lease, OutboxHealth, OutboxRecord, StatusCounts};
@@ -61,7 +61,7 @@ pub use consumer::{Consumer, Processed, Received};
 pub use relay::{BatchReport, Relay};
 pub use route::{Delivered, UnknownEvents};
 #[doc(hidden)]
-pub use route::{NoRoutes, On, Routes};
+pub use route::{NoRoutes, On, OnBatch, Routes};
 pub use worker::{MessageWorker, WorkerReport};
 
 pub use brokers::ConsumeReport;

@@ -97,8 +97,46 @@ impl<DB: Backend> Outbox<DB> {
     ///
     /// It also takes the planner's statistics of the outbox table (PostgreSQL, MySQL), so that
     /// the relay's claim uses its index even on a table just filled.
+    ///
+    /// Then it gives the outbox table the indexes of the configured [`IndexProfile`]
+    /// (`OutboxConfig::index_profile`); asking for the lean profile on MySQL or SQLite is an
+    /// error that says so, after the migrations ran.
+    ///
+    /// [`IndexProfile`]: crate::IndexProfile
     pub async fn migrate(&self) -> Result<(), Error> {
         DB::migrate(&self.pool).await.map_err(Error::Migrate)?;
+        let profile = self.config.index_profile;
+        let default = OutboxConfig::new();
+        if profile != crate::IndexProfile::Seed
+            && (self.config.table != default.table
+                || self.config.archive_table != default.archive_table)
+        {
+            // Index names are global in a PostgreSQL schema: the profile's statements name the
+            // migrations' indexes, which belong to the migrations' tables.
+            return Err(Error::Misconfigured(
+                "index profiles apply to the tables the migrations create (biz_outbox_event, biz_outbox_event_archive); manage the indexes of another table yourself",
+            ));
+        }
+        let Some(statements) = crate::sql::profile::statements(
+            DB::DIALECT,
+            profile,
+            self.config.table.as_str(),
+            self.config.archive_table.as_str(),
+        ) else {
+            return Err(Error::Misconfigured(
+                "the lean index profile exists for PostgreSQL only: migrate MySQL and SQLite with IndexProfile::Seed (the default)",
+            ));
+        };
+        let custom = self.config.table != default.table;
+        let mut conn = self.conn().await?;
+        // Another table than the migrations' keeps the indexes it was created with.
+        for statement in statements.into_iter().filter(|_| !custom) {
+            crate::sql::dialect::Sql::<DB>::new(statement)
+                .execute(&mut conn)
+                .await
+                .map_err(|e| self.db_error(e))?;
+        }
+        drop(conn);
         self.analyze().await
     }
 

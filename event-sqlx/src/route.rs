@@ -83,6 +83,20 @@ pub trait Routes<DB: Backend> {
         envelope: &EventEnvelope,
         upcasters: &Upcasters,
     ) -> Result<(), HandlerError>;
+
+    /// Whether `event_type` goes to a batch handler ([`Consumer::on_batch`]).
+    ///
+    /// [`Consumer::on_batch`]: crate::Consumer::on_batch
+    fn takes_batches(&self, event_type: &str) -> bool;
+
+    /// Runs the batch handler of the envelopes' type (all of one type) on all of them at once.
+    #[allow(async_fn_in_trait)] // as above
+    async fn dispatch_batch(
+        &self,
+        conn: &mut DB::Connection,
+        envelopes: &[&EventEnvelope],
+        upcasters: &Upcasters,
+    ) -> Result<(), HandlerError>;
 }
 
 /// No handlers.
@@ -106,6 +120,22 @@ impl<DB: Backend> Routes<DB> for NoRoutes {
         Err(HandlerError::Permanent(format!(
             "no handler for event type {}",
             envelope.event_type
+        )))
+    }
+
+    fn takes_batches(&self, _event_type: &str) -> bool {
+        false
+    }
+
+    async fn dispatch_batch(
+        &self,
+        _conn: &mut DB::Connection,
+        envelopes: &[&EventEnvelope],
+        _upcasters: &Upcasters,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::Permanent(format!(
+            "no batch handler for event type {}",
+            envelopes.first().map_or("", |e| e.event_type.as_str())
         )))
     }
 }
@@ -165,5 +195,102 @@ where
             },
         )
         .await
+    }
+
+    fn takes_batches(&self, event_type: &str) -> bool {
+        event_type != E::EVENT_TYPE && self.next.takes_batches(event_type)
+    }
+
+    async fn dispatch_batch(
+        &self,
+        conn: &mut DB::Connection,
+        envelopes: &[&EventEnvelope],
+        upcasters: &Upcasters,
+    ) -> Result<(), HandlerError> {
+        match envelopes.first() {
+            Some(first) if first.event_type == E::EVENT_TYPE => {
+                for envelope in envelopes {
+                    self.dispatch(conn, envelope, upcasters).await?;
+                }
+                Ok(())
+            }
+            _ => self.next.dispatch_batch(conn, envelopes, upcasters).await,
+        }
+    }
+}
+
+/// The batch handler of `E`, then the handlers added before it.
+#[derive(Clone)]
+#[doc(hidden)]
+pub struct OnBatch<E, H, Next> {
+    handler: H,
+    next: Next,
+    event: PhantomData<fn() -> E>,
+}
+
+impl<E, H, Next> OnBatch<E, H, Next> {
+    pub(crate) fn new(handler: H, next: Next) -> Self {
+        OnBatch {
+            handler,
+            next,
+            event: PhantomData,
+        }
+    }
+}
+
+impl<DB, E, H, Next> Routes<DB> for OnBatch<E, H, Next>
+where
+    DB: Backend,
+    E: DomainEvent,
+    H: AsyncFn(&mut DB::Connection, Vec<Delivered<E>>) -> Result<(), HandlerError>,
+    Next: Routes<DB>,
+{
+    fn handles(&self, event_type: &str) -> bool {
+        event_type == E::EVENT_TYPE || self.next.handles(event_type)
+    }
+
+    fn event_types(&self, into: &mut Vec<&'static str>) {
+        into.push(E::EVENT_TYPE);
+        self.next.event_types(into);
+    }
+
+    async fn dispatch(
+        &self,
+        conn: &mut DB::Connection,
+        envelope: &EventEnvelope,
+        upcasters: &Upcasters,
+    ) -> Result<(), HandlerError> {
+        if envelope.event_type != E::EVENT_TYPE {
+            return self.next.dispatch(conn, envelope, upcasters).await;
+        }
+        self.dispatch_batch(conn, &[envelope], upcasters).await
+    }
+
+    fn takes_batches(&self, event_type: &str) -> bool {
+        event_type == E::EVENT_TYPE || self.next.takes_batches(event_type)
+    }
+
+    async fn dispatch_batch(
+        &self,
+        conn: &mut DB::Connection,
+        envelopes: &[&EventEnvelope],
+        upcasters: &Upcasters,
+    ) -> Result<(), HandlerError> {
+        match envelopes.first() {
+            Some(first) if first.event_type == E::EVENT_TYPE => {
+                let mut events = Vec::with_capacity(envelopes.len());
+                for envelope in envelopes {
+                    let event: E = upcasters
+                        .decode(envelope)
+                        .map_err(|e| HandlerError::Permanent(e.to_string()))?;
+                    events.push(Delivered {
+                        event,
+                        envelope: (*envelope).clone(),
+                    });
+                }
+                (self.handler)(conn, events).await
+            }
+            _ => self.next.dispatch_batch(conn, envelopes, upcasters).await,
+        }
     }
 }

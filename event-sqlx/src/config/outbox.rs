@@ -29,6 +29,24 @@ impl Route {
     }
 }
 
+/// Which indexes the outbox table carries, chosen when [`Outbox::migrate`] runs.
+///
+/// [`Outbox::migrate`]: crate::Outbox::migrate
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IndexProfile {
+    /// The seed's indexes, all twelve: every seed query, live or historical, on an index. The
+    /// default.
+    #[default]
+    Seed,
+    /// PostgreSQL only: the producer's insert touches five indexes (the primary key, the two
+    /// unique keys, and the two partial indexes the relay claims with). The status indexes
+    /// become partial over in-progress, failed and final rows, which a new row is not, so only
+    /// the relay's updates maintain them. The lookups by trace id, event type and topic, and
+    /// by creation time, leave the outbox table: the archive table gets those indexes, and on
+    /// the outbox they scan (fine for the live rows of a table that is archived regularly).
+    Lean,
+}
+
 /// How the outbox writes events.
 #[derive(Debug, Clone)]
 pub struct OutboxConfig {
@@ -40,6 +58,7 @@ pub struct OutboxConfig {
     pub(crate) notify_channel: Option<String>,
     pub(crate) clock: SharedClock,
     pub(crate) commit_state_on_duplicates: bool,
+    pub(crate) index_profile: IndexProfile,
 }
 
 impl Default for OutboxConfig {
@@ -54,6 +73,7 @@ impl Default for OutboxConfig {
             notify_channel: None,
             clock: crate::clock::system(),
             commit_state_on_duplicates: false,
+            index_profile: IndexProfile::Seed,
         }
     }
 }
@@ -67,6 +87,14 @@ impl OutboxConfig {
     /// Uses another table, with the same columns as the migrations create.
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;
+        self
+    }
+
+    /// The indexes [`Outbox::migrate`](crate::Outbox::migrate) leaves on the outbox table:
+    /// the seed's (the default) or, on PostgreSQL, the lean profile for a cheaper producer
+    /// write. Migrating with the other profile later switches back.
+    pub fn index_profile(mut self, profile: IndexProfile) -> Self {
+        self.index_profile = profile;
         self
     }
 

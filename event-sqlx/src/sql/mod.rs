@@ -9,6 +9,7 @@ pub(crate) mod dialect;
 pub(crate) mod inbox;
 pub(crate) mod message;
 pub(crate) mod outbox;
+pub(crate) mod profile;
 
 use std::future::Future;
 

@@ -1,0 +1,160 @@
+//! The producer's cost of one outbox event per index profile, on PostgreSQL
+//! (benches/results/producer.json): a business transaction (one UPDATE, one INSERT) alone, with
+//! one row more in a one-column, one-index table (the floor for "one more row"), and with one
+//! outbox event under the seed's and the lean index profile. The variants run interleaved in
+//! rounds, so that drift in the machine's load hits each alike.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+use event_sqlx::{IndexProfile, Outbox, OutboxConfig};
+use event_tests::db::TestDb;
+use event_tests::fixtures::{NoteAdded, Order};
+use serde::Serialize;
+use sqlx::Postgres;
+
+use crate::sql::BenchDb;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Figures {
+    transactions_per_variant: usize,
+    business_tx_us: f64,
+    business_tx_lean_database_us: f64,
+    with_floor_row_us: f64,
+    with_event_seed_us: f64,
+    with_event_lean_us: f64,
+    floor_overhead: f64,
+    seed_overhead: f64,
+    lean_overhead: f64,
+    lean_overhead_vs_floor_overhead: f64,
+    lean_tx_vs_floor_tx: f64,
+    seed_indexes_touched_by_insert: usize,
+    lean_indexes_touched_by_insert: usize,
+}
+
+pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
+    let db = TestDb::postgres()
+        .await
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL is unreachable"))?;
+    Postgres::setup(db.pool()).await?;
+    sqlx::raw_sql("CREATE TABLE floor_row (event_no TEXT PRIMARY KEY)")
+        .execute(db.pool())
+        .await?;
+    // A second database on the same server, its outbox in the lean profile.
+    let lean_db = TestDb::postgres()
+        .await
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL is unreachable"))?;
+    Postgres::setup(lean_db.pool()).await?;
+    let lean = Outbox::new(
+        lean_db.pool().clone(),
+        OutboxConfig::new().index_profile(IndexProfile::Lean),
+    );
+    lean.migrate().await?;
+    let seed = &db.outbox;
+    let indexes = |pool: sqlx::PgPool, table: &'static str| {
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                // Every index a pending row enters: those without a predicate, and the partial ones
+                // whose status list starts with pending (0).
+                "SELECT COUNT(*) FROM pg_indexes WHERE tablename = $1 \
+             AND (indexdef NOT LIKE '%WHERE%' OR indexdef LIKE '%ARRAY[0,%')",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+        }
+    };
+    let seed_indexes = indexes(db.pool().clone(), "biz_outbox_event").await? as usize;
+    let lean_indexes = indexes(lean_db.pool().clone(), "biz_outbox_event").await? as usize;
+
+    let rounds = 6;
+    let per_round = (transactions / rounds).max(1);
+    // Seed database: alone, + floor row, + event; lean database: alone, + event.
+    let mut totals = [Duration::ZERO; 5];
+    let mut serial = 0usize;
+    for round in 0..=rounds {
+        for (variant, total) in totals.iter_mut().enumerate() {
+            let started = Instant::now();
+            for _ in 0..per_round {
+                serial += 1;
+                let pool = if variant < 3 {
+                    db.pool()
+                } else {
+                    lean_db.pool()
+                };
+                let mut tx = pool.begin().await?;
+                Postgres::business_write(&mut tx, (serial % 1000) as i64).await?;
+                match variant {
+                    1 => {
+                        sqlx::query("INSERT INTO floor_row (event_no) VALUES ($1)")
+                            .bind(format!("NOTE_ADDED:tx-{serial}"))
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    2 | 4 => {
+                        let outbox: &Outbox<Postgres> = if variant == 2 { seed } else { &lean };
+                        let mut order = Order {
+                            id: format!("tx-{serial}"),
+                            paid: false,
+                            events: RecordedEvents::new(),
+                        };
+                        order.record(NoteAdded {
+                            text: "note".into(),
+                        })?;
+                        let mut uow = UnitOfWork::new(EventContext::new("bench"));
+                        uow.collect(&mut order)?;
+                        outbox.flush(&mut tx, &uow.commit()).await?;
+                    }
+                    _ => {}
+                }
+                tx.commit().await?;
+            }
+            if round > 0 {
+                // Round 0 warms up.
+                *total += started.elapsed();
+            }
+        }
+    }
+    let n = (per_round * rounds) as f64;
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+    let (base, floor, with_seed, lean_base, with_lean) = (
+        us(totals[0]),
+        us(totals[1]),
+        us(totals[2]),
+        us(totals[3]),
+        us(totals[4]),
+    );
+    let figures = Figures {
+        transactions_per_variant: per_round * rounds,
+        business_tx_us: base,
+        business_tx_lean_database_us: lean_base,
+        with_floor_row_us: floor,
+        with_event_seed_us: with_seed,
+        with_event_lean_us: with_lean,
+        floor_overhead: floor / base - 1.0,
+        seed_overhead: with_seed / base - 1.0,
+        lean_overhead: with_lean / lean_base - 1.0,
+        lean_overhead_vs_floor_overhead: (with_lean - lean_base) / (floor - base),
+        lean_tx_vs_floor_tx: (with_lean / lean_base) / (floor / base),
+        seed_indexes_touched_by_insert: seed_indexes,
+        lean_indexes_touched_by_insert: lean_indexes,
+    };
+    let report = serde_json::json!({
+        "machine": crate::machine(),
+        "measuredAt": Utc::now(),
+        "store": "PostgreSQL",
+        "note": "one run; the variants interleaved in rounds on one database",
+        "figures": figures,
+    });
+    std::fs::create_dir_all("benches/results")?;
+    std::fs::write(
+        "benches/results/producer.json",
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    db.cleanup().await;
+    lean_db.cleanup().await;
+    Ok(())
+}
