@@ -304,13 +304,24 @@ impl KafkaSubscription {
         let stopped = |e: KafkaError| Error::stopped(consumer.name(), "Kafka failed", e);
         let mut report = super::ConsumeReport::default();
         loop {
+            // librdkafka reconnects by itself: an error here (a broker restarting, a group
+            // rebalancing) is reported and consuming goes on; only the consumer's own errors
+            // stop it.
             let mut batch = match tokio::time::timeout(idle, self.consumer.recv()).await {
                 Err(_) => return Ok(report),
-                Ok(message) => vec![message.map_err(&stopped)?],
+                Ok(Ok(message)) => vec![message],
+                Ok(Err(e)) => {
+                    tracing::warn!(consumer = consumer.name(), error = %e, "Kafka consumer error; librdkafka retries");
+                    continue;
+                }
             };
             while batch.len() < self.batch {
                 match self.consumer.recv().now_or_never() {
-                    Some(message) => batch.push(message.map_err(&stopped)?),
+                    Some(Ok(message)) => batch.push(message),
+                    Some(Err(e)) => {
+                        tracing::warn!(consumer = consumer.name(), error = %e, "Kafka consumer error; librdkafka retries");
+                        break;
+                    }
                     None => break,
                 }
             }
@@ -338,9 +349,11 @@ impl KafkaSubscription {
                     .add_partition_offset(topic, partition, Offset::Offset(offset))
                     .map_err(&stopped)?;
             }
-            self.consumer
-                .commit(&offsets, CommitMode::Async)
-                .map_err(&stopped)?;
+            // A commit that fails (no coordinator while the broker restarts) is made good by the
+            // next one; until then a restart redelivers, and the inbox finds duplicates.
+            if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
+                tracing::warn!(consumer = consumer.name(), error = %e, "could not commit Kafka offsets; the next batch commits them");
+            }
         }
     }
 }
