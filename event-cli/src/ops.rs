@@ -35,6 +35,16 @@ pub(crate) async fn migrate(args: &MigrateArgs) -> anyhow::Result<ExitCode> {
         Profile::Seed => event_sqlx::IndexProfile::Seed,
         Profile::Lean => event_sqlx::IndexProfile::Lean,
     };
+    if profile == event_sqlx::IndexProfile::Lean
+        && !matches!(
+            crate::db::kind(&args.db.database_url)?,
+            crate::db::Kind::Postgres
+        )
+    {
+        anyhow::bail!(
+            "--index-profile lean exists for PostgreSQL only; migrate MySQL and SQLite with --index-profile seed (the default)"
+        );
+    }
     with_outbox!(&args.db, |outbox| {
         let config = outbox.config().clone().index_profile(profile);
         event_sqlx::Outbox::new(outbox.pool().clone(), config)
