@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 // The layers, each importing only from those below it:
-//   L5  brokers                                   NATS JetStream, RabbitMQ
+//   L5  brokers                                   NATS JetStream, RabbitMQ, Kafka
 //   L4  relay, worker, consumer, route            loops that claim, publish, handle
 //   L3  outbox, message, inbox, quarantine,       one store per table family; where events go
 //       publisher, archive, reconcile

@@ -107,7 +107,7 @@ impl<DB: Backend> Outbox<DB> {
         DB::migrate(&self.pool).await.map_err(Error::Migrate)?;
         let profile = self.config.index_profile;
         let default = OutboxConfig::new();
-        if profile != crate::IndexProfile::Seed
+        if profile != crate::config::outbox::IndexProfile::Seed
             && (self.config.table != default.table
                 || self.config.archive_table != default.archive_table)
         {
