@@ -23,6 +23,14 @@ const RAW_ROW: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, a
     trace_id, create_time, update_time) VALUES ($1, 'ORDER', $2, 1, 'NOTE_ADDED', 1, 'bench', \
     'MQ', 'order.event', 'note.added', $3, $4, 0, 0, 5, NULL, $5, $5)";
 
+/// The same, reporting duplicates as the toolkit does.
+const RAW_ROW_RETURNING: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, \
+    aggregate_id, aggregate_sequence, event_type, event_version, event_source, publish_channel, \
+    topic, routing_key, event_payload, event_headers, publish_status, retry_count, \
+    max_retry_count, trace_id, create_time, update_time) VALUES ($1, 'ORDER', $2, 1, \
+    'NOTE_ADDED', 1, 'bench', 'MQ', 'order.event', 'note.added', $3, $4, 0, 0, 5, NULL, $5, $5) \
+    ON CONFLICT (event_no) DO NOTHING RETURNING event_no";
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Figures {
@@ -34,6 +42,8 @@ struct Figures {
     with_event_lean_us: f64,
     /// The lean database, the same row inserted by hand with a static prepared statement.
     with_raw_row_lean_us: f64,
+    /// The same with `ON CONFLICT (event_no) DO NOTHING RETURNING event_no`.
+    with_raw_row_returning_lean_us: f64,
     floor_overhead: f64,
     seed_overhead: f64,
     lean_overhead: f64,
@@ -83,7 +93,9 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // Seed database: alone, + floor row, + event; lean database: alone, + event, + the same
     // outbox row written by hand with one static prepared statement (what the database alone
     // costs for the row, without the toolkit's envelope, event number and encoding).
-    let mut totals = [Duration::ZERO; 6];
+    // And the same row with the toolkit's duplicate detection, `ON CONFLICT DO NOTHING
+    // RETURNING`.
+    let mut totals = [Duration::ZERO; 7];
     let mut serial = 0usize;
     for round in 0..=rounds {
         for (variant, total) in totals.iter_mut().enumerate() {
@@ -102,6 +114,16 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                         sqlx::query("INSERT INTO floor_row (event_no) VALUES ($1)")
                             .bind(format!("NOTE_ADDED:tx-{serial}"))
                             .execute(&mut *tx)
+                            .await?;
+                    }
+                    6 => {
+                        sqlx::query(RAW_ROW_RETURNING)
+                            .bind(format!("NOTE_ADDED:tx-{serial}"))
+                            .bind(format!("tx-{serial}"))
+                            .bind(sqlx::types::Json(serde_json::json!({"text": "note"})))
+                            .bind(sqlx::types::Json(serde_json::json!({"source": "bench"})))
+                            .bind(Utc::now())
+                            .fetch_all(&mut *tx)
                             .await?;
                     }
                     5 => {
@@ -140,13 +162,14 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     }
     let n = (per_round * rounds) as f64;
     let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
-    let (base, floor, with_seed, lean_base, with_lean, with_raw_row) = (
+    let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
         us(totals[0]),
         us(totals[1]),
         us(totals[2]),
         us(totals[3]),
         us(totals[4]),
         us(totals[5]),
+        us(totals[6]),
     );
     let figures = Figures {
         transactions_per_variant: per_round * rounds,
@@ -156,6 +179,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         with_event_seed_us: with_seed,
         with_event_lean_us: with_lean,
         with_raw_row_lean_us: with_raw_row,
+        with_raw_row_returning_lean_us: with_raw_returning,
         floor_overhead: floor / base - 1.0,
         seed_overhead: with_seed / base - 1.0,
         lean_overhead: with_lean / lean_base - 1.0,
