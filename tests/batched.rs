@@ -7,54 +7,14 @@ use std::time::Duration;
 use event_core::{Aggregate, EventContext, UnitOfWork};
 use event_sqlx::{
     ConsumeReport, Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher,
-    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, OutboxMessage, PublishError, Publisher,
-    RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, Routes,
+    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher,
+    RabbitMqSubscription, RelayConfig, Route, Routes,
 };
+use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced};
 use event_tests::wait;
 use sqlx::{PgConnection, Postgres};
-
-/// One of the three brokers' publishers.
-#[derive(Clone)]
-enum AnyPublisher {
-    Nats(NatsPublisher),
-    Rabbit(RabbitMqPublisher),
-    Kafka(KafkaPublisher),
-}
-
-impl Publisher for AnyPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        match self {
-            AnyPublisher::Nats(p) => p.publish(messages).await,
-            AnyPublisher::Rabbit(p) => p.publish(messages).await,
-            AnyPublisher::Kafka(p) => p.publish(messages).await,
-        }
-    }
-}
-
-/// One of the three brokers' subscriptions.
-#[allow(clippy::large_enum_variant)] // one per test
-enum AnySubscription {
-    Nats(JetStreamSubscription),
-    Rabbit(RabbitMqSubscription),
-    Kafka(KafkaSubscription),
-}
-
-impl AnySubscription {
-    async fn run<R: Routes<Postgres>>(
-        &self,
-        consumer: &Consumer<Postgres, R>,
-        shutdown: impl Future<Output = ()>,
-    ) -> ConsumeReport {
-        match self {
-            AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
-            AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
-            AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
-        }
-        .unwrap()
-    }
-}
 
 /// A publisher and a batched subscription for `topic` on `broker`, or `None` when the broker is
 /// unreachable and not required.
@@ -169,9 +129,8 @@ async fn consume_until<R: Routes<Postgres>>(
         let _ = stop.send(());
         result
     };
-    let (report, waited) = tokio::join!(run, watch);
-    let () = waited;
-    report
+    let (report, ()) = tokio::join!(run, watch);
+    report.unwrap()
 }
 
 async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {

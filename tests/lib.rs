@@ -3,6 +3,7 @@
 //! The README's Rust examples are compiled and run here as doctests, so the quick start cannot
 //! drift from the code.
 
+pub mod any_broker;
 pub mod db;
 pub mod fixtures;
 pub mod wait;

@@ -16,51 +16,14 @@ use chrono::Utc;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher, KafkaSubscription,
-    NatsPublisher, Outbox, OutboxConfig, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
-    RabbitMqSubscription, RelayConfig, Route, Routes,
+    NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, RelayConfig,
+    Route, Routes,
 };
+use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
 use serde::Serialize;
 use sqlx::{PgConnection, Postgres};
-
-#[derive(Clone)]
-enum AnyPublisher {
-    Nats(NatsPublisher),
-    Rabbit(RabbitMqPublisher),
-    Kafka(KafkaPublisher),
-}
-
-impl Publisher for AnyPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        match self {
-            AnyPublisher::Nats(p) => p.publish(messages).await,
-            AnyPublisher::Rabbit(p) => p.publish(messages).await,
-            AnyPublisher::Kafka(p) => p.publish(messages).await,
-        }
-    }
-}
-
-#[allow(clippy::large_enum_variant)]
-enum AnySubscription {
-    Nats(JetStreamSubscription),
-    Rabbit(RabbitMqSubscription),
-    Kafka(KafkaSubscription),
-}
-
-impl AnySubscription {
-    async fn run<R: Routes<Postgres>>(
-        &self,
-        consumer: &Consumer<Postgres, R>,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<event_sqlx::ConsumeReport, event_sqlx::Error> {
-        match self {
-            AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
-            AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
-            AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
-        }
-    }
-}
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -120,12 +83,12 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
             eprintln!("{figures:?}");
             backlog.push(figures);
         }
-        let figures = paced(broker, 500.0, 5_000)
+        let figures = latency_run(broker, 2, Some(500.0), 5_000)
             .await
             .with_context(|| format!("{broker} at 500/s"))?;
         eprintln!("{figures:?}");
         latency.push(figures);
-        let figures = saturated(broker, 20_000)
+        let figures = latency_run(broker, 4, None, 20_000)
             .await
             .with_context(|| format!("{broker} saturated"))?;
         eprintln!("{figures:?}");
@@ -420,74 +383,46 @@ async fn raw_insert(db: &TestDb<Postgres>, events: usize) -> anyhow::Result<f64>
     Ok(rate)
 }
 
-/// Two producers, each committing one event per transaction at `rate / 2` per second.
-async fn paced(broker: &'static str, rate: f64, events: usize) -> anyhow::Result<Latency> {
+/// `producers` producers committing one event per transaction, each paced at `rate /
+/// producers` per second, or as fast as they go when `rate` is `None`.
+async fn latency_run(
+    broker: &'static str,
+    producers: usize,
+    rate: Option<f64>,
+    events: usize,
+) -> anyhow::Result<Latency> {
     let s = setup(broker, 50).await?;
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
     let applied = Arc::new(AtomicUsize::new(0));
     let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
     let outbox = s.outbox.clone();
     let produce = async move {
-        let producers = (0..2).map(|p| {
+        let producing = (0..producers).map(|p| {
             let outbox = outbox.clone();
             async move {
-                let mut tick = tokio::time::interval(Duration::from_secs_f64(2.0 / rate));
-                for i in (p..events).step_by(2) {
-                    tick.tick().await;
+                let mut tick = rate.map(|rate| {
+                    tokio::time::interval(Duration::from_secs_f64(producers as f64 / rate))
+                });
+                for i in (p..events).step_by(producers) {
+                    if let Some(tick) = &mut tick {
+                        tick.tick().await;
+                    }
                     commit_one(&outbox, i).await?;
                 }
                 Ok::<(), anyhow::Error>(())
             }
         });
-        for done in futures_util::future::join_all(producers).await {
+        for done in futures_util::future::join_all(producing).await {
             done?;
         }
         Ok(())
     };
     let elapsed = run_until_applied(&s, &consumer, &applied, events, produce).await?;
-    let figures = latency_figures(
-        broker,
-        format!("{rate} events/s, 2 producers"),
-        50,
-        events,
-        elapsed,
-        &latencies,
-    )?;
-    s.db.cleanup().await;
-    Ok(figures)
-}
-
-/// Four producers, one event per transaction, as fast as they go.
-async fn saturated(broker: &'static str, events: usize) -> anyhow::Result<Latency> {
-    let s = setup(broker, 50).await?;
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
-    let applied = Arc::new(AtomicUsize::new(0));
-    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
-    let outbox = s.outbox.clone();
-    let produce = async move {
-        let producers = (0..4).map(|p| {
-            let outbox = outbox.clone();
-            async move {
-                for i in (p..events).step_by(4) {
-                    commit_one(&outbox, i).await?;
-                }
-                Ok::<(), anyhow::Error>(())
-            }
-        });
-        for done in futures_util::future::join_all(producers).await {
-            done?;
-        }
-        Ok(())
+    let load = match rate {
+        Some(rate) => format!("{rate} events/s, {producers} producers"),
+        None => format!("saturation, {producers} producers"),
     };
-    let elapsed = run_until_applied(&s, &consumer, &applied, events, produce).await?;
-    let figures = latency_figures(
-        broker,
-        "saturation, 4 producers".into(),
-        50,
-        events,
-        elapsed,
-        &latencies,
-    )?;
+    let figures = latency_figures(broker, load, 50, events, elapsed, &latencies)?;
     s.db.cleanup().await;
     Ok(figures)
 }

@@ -161,17 +161,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
         E: event_core::DomainEvent,
         H: AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
     {
-        Consumer {
-            inbox: self.inbox,
-            version: self.version,
-            upcasters: self.upcasters,
-            retries: self.retries,
-            attempts: self.attempts,
-            owner: self.owner,
-            quarantine: self.quarantine,
-            routes: On::new(handler, self.routes),
-            unknown: self.unknown,
-        }
+        self.map_routes(|routes| On::new(handler, routes))
     }
 
     /// Handles events of type `E` a batch at a time with `handler`, which gets every event of
@@ -188,6 +178,11 @@ impl<DB: Backend, R> Consumer<DB, R> {
         E: event_core::DomainEvent,
         H: AsyncFn(&mut DB::Connection, Vec<Delivered<E>>) -> Result<(), HandlerError>,
     {
+        self.map_routes(|routes| OnBatch::new(handler, routes))
+    }
+
+    /// The same consumer with its handlers wrapped by `wrap`.
+    fn map_routes<R2>(self, wrap: impl FnOnce(R) -> R2) -> Consumer<DB, R2> {
         Consumer {
             inbox: self.inbox,
             version: self.version,
@@ -196,7 +191,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
             attempts: self.attempts,
             owner: self.owner,
             quarantine: self.quarantine,
-            routes: OnBatch::new(handler, self.routes),
+            routes: wrap(self.routes),
             unknown: self.unknown,
         }
     }

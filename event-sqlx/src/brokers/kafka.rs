@@ -14,7 +14,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::event_headers;
-use crate::consumer::{Consumer, Received};
+use crate::consumer::Consumer;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
@@ -325,18 +325,14 @@ impl KafkaSubscription {
                     None => break,
                 }
             }
-            let ids: Vec<Option<String>> = batch.iter().map(message_id).collect();
-            let received: Vec<Received<'_>> = batch
-                .iter()
-                .zip(&ids)
-                .map(|(m, id)| Received {
-                    body: m.payload().unwrap_or_default(),
-                    message_id: id.as_deref(),
-                })
-                .collect();
-            for outcome in consumer.receive_batch(&received).await? {
-                report.count(&outcome);
-            }
+            super::receive_batch(
+                consumer,
+                &batch,
+                |m| m.payload().unwrap_or_default(),
+                message_id,
+                &mut report,
+            )
+            .await?;
             // The next offset to read, per partition: the highest processed plus one.
             let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
             for m in &batch {

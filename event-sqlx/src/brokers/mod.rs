@@ -71,6 +71,38 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
     headers
 }
 
+/// Processes one batch of broker messages with `consumer` ([`Consumer::receive_batch`]) and
+/// counts the outcomes in `report`; `body` and `id` read each message's body and broker id.
+/// On `Err`, acknowledge none of them.
+///
+/// [`Consumer::receive_batch`]: crate::consumer::Consumer::receive_batch
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) async fn receive_batch<DB, R, M>(
+    consumer: &crate::consumer::Consumer<DB, R>,
+    messages: &[M],
+    body: impl Fn(&M) -> &[u8],
+    id: impl Fn(&M) -> Option<String>,
+    report: &mut ConsumeReport,
+) -> Result<(), crate::error::Error>
+where
+    DB: crate::sql::dialect::Backend,
+    R: crate::route::Routes<DB>,
+{
+    let ids: Vec<Option<String>> = messages.iter().map(id).collect();
+    let received: Vec<crate::consumer::Received<'_>> = messages
+        .iter()
+        .zip(&ids)
+        .map(|(m, id)| crate::consumer::Received {
+            body: body(m),
+            message_id: id.as_deref(),
+        })
+        .collect();
+    for outcome in consumer.receive_batch(&received).await? {
+        report.count(&outcome);
+    }
+    Ok(())
+}
+
 /// A subscription that can drain: what [`run_until`] loops over.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) trait Drain {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 
 use super::event_headers;
-use crate::consumer::{Consumer, Received};
+use crate::consumer::Consumer;
 use crate::error::{BoxError, Error};
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
@@ -283,26 +283,19 @@ impl JetStreamSubscription {
                 );
             }
             for chunk in messages.chunks(self.batch) {
-                let ids: Vec<Option<String>> = chunk
-                    .iter()
-                    .map(|m| {
+                super::receive_batch(
+                    consumer,
+                    chunk,
+                    |m| &m.payload,
+                    |m| {
                         m.headers
                             .as_ref()
                             .and_then(|h| h.get("Nats-Msg-Id"))
                             .map(|v| v.as_str().to_owned())
-                    })
-                    .collect();
-                let received: Vec<Received<'_>> = chunk
-                    .iter()
-                    .zip(&ids)
-                    .map(|(m, id)| Received {
-                        body: &m.payload,
-                        message_id: id.as_deref(),
-                    })
-                    .collect();
-                for outcome in consumer.receive_batch(&received).await? {
-                    report.count(&outcome);
-                }
+                    },
+                    &mut report,
+                )
+                .await?;
                 for message in chunk {
                     message.ack().await.map_err(&stopped)?;
                 }

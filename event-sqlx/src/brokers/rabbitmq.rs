@@ -10,7 +10,7 @@ use super::event_headers;
 
 /// Unacknowledged deliveries a subscription holds at most.
 const PREFETCH: u16 = 1000;
-use crate::consumer::{Consumer, Received};
+use crate::consumer::Consumer;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
@@ -278,24 +278,19 @@ impl RabbitMqSubscription {
                     _ => break,
                 }
             }
-            let ids: Vec<Option<String>> = batch
-                .iter()
-                .map(|d| d.properties.message_id().as_ref().map(|m| m.to_string()))
-                .collect();
-            let received: Vec<Received<'_>> = batch
-                .iter()
-                .zip(&ids)
-                .map(|(d, id)| Received {
-                    body: &d.data,
-                    message_id: id.as_deref(),
-                })
-                .collect();
             let Some(last) = batch.last() else {
                 continue;
             };
-            match consumer.receive_batch(&received).await {
-                Ok(outcomes) => {
-                    outcomes.iter().for_each(|o| report.count(o));
+            let processed = super::receive_batch(
+                consumer,
+                &batch,
+                |d| &d.data,
+                |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
+                &mut report,
+            )
+            .await;
+            match processed {
+                Ok(()) => {
                     // One ack for the batch: every earlier delivery of this channel is acked.
                     last.ack(BasicAckOptions { multiple: true })
                         .await

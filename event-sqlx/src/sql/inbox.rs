@@ -14,20 +14,23 @@ const REQUEUED: i16 = QuarantineStatus::Requeued.code();
 const REPLAYED: i16 = QuarantineStatus::Replayed.code();
 const CANCELLED: i16 = QuarantineStatus::Cancelled.code();
 
-/// Records `(consumer, event_id)` on `conn`; false when it was there (seed 003's inbox write;
-/// never `INSERT IGNORE`, which also swallows other errors). The caller rolls a duplicate back.
-pub(crate) async fn insert_consumed<DB: Backend>(
-    conn: &mut DB::Connection,
-    table: &TableName,
+/// `INSERT INTO <inbox> (...) VALUES `, for rows pushed by [`push_consumed_row`].
+fn insert_consumed_head(table: &TableName) -> String {
+    format!(
+        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, \
+         aggregate_sequence) VALUES "
+    )
+}
+
+/// `(consumer, event id, now, aggregate type, id, sequence)`: one inbox row.
+fn push_consumed_row<DB: Backend>(
+    q: &mut Sql<DB>,
     consumer: &str,
     envelope: &EventEnvelope,
     now: DateTime<Utc>,
-) -> Result<bool, sqlx::Error> {
-    let mut q = Sql::<DB>::new(format!(
-        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, \
-         aggregate_sequence) VALUES ("
-    ));
-    q.bind(consumer)
+) {
+    q.push("(")
+        .bind(consumer)
         .push(", ")
         .bind(envelope.event_id.as_str())
         .push(", ")
@@ -39,6 +42,19 @@ pub(crate) async fn insert_consumed<DB: Backend>(
         .push(", ")
         .bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX))
         .push(")");
+}
+
+/// Records `(consumer, event_id)` on `conn`; false when it was there (seed 003's inbox write;
+/// never `INSERT IGNORE`, which also swallows other errors). The caller rolls a duplicate back.
+pub(crate) async fn insert_consumed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    envelope: &EventEnvelope,
+    now: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let mut q = Sql::<DB>::new(insert_consumed_head(table));
+    push_consumed_row(&mut q, consumer, envelope, now);
     q.push(
         DB::DIALECT.insert_ignoring_duplicate("consumer, event_id", "deliveries = deliveries + 1"),
     );
@@ -63,40 +79,22 @@ pub(crate) async fn insert_consumed_batch<DB: Backend>(
     let mut new: Vec<&EventEnvelope> = envelopes.to_vec();
     if DB::DIALECT == Dialect::MySql {
         let ids: Vec<&str> = envelopes.iter().map(|e| e.event_id.as_str()).collect();
-        let mut q = Sql::<DB>::new(format!("SELECT event_id FROM {table} WHERE consumer = "));
-        q.bind(consumer)
-            .push(" AND event_id")
-            .in_strs(&ids)
-            .push(" FOR UPDATE");
-        let consumed = q
-            .fetch(conn)
-            .await?
-            .iter()
-            .map(|row| Columns::<DB>(row).string("event_id"))
-            .collect::<Result<std::collections::HashSet<String>, _>>()?;
+        let consumed: std::collections::HashSet<String> =
+            select_consumed::<DB>(conn, table, consumer, &ids, " FOR UPDATE")
+                .await?
+                .into_iter()
+                .collect();
         new.retain(|e| !consumed.contains(e.event_id.as_str()));
         if new.is_empty() {
             return Ok(std::collections::HashSet::new());
         }
     }
-    let mut q = Sql::<DB>::new(format!(
-        "INSERT INTO {table} (consumer, event_id, consumed_time, aggregate_type, aggregate_id, \
-         aggregate_sequence) VALUES "
-    ));
+    let mut q = Sql::<DB>::new(insert_consumed_head(table));
     for (i, envelope) in new.iter().enumerate() {
-        q.push(if i == 0 { "(" } else { ", (" })
-            .bind(consumer)
-            .push(", ")
-            .bind(envelope.event_id.as_str())
-            .push(", ")
-            .bind(now)
-            .push(", ")
-            .bind(envelope.aggregate_type.as_str())
-            .push(", ")
-            .bind(envelope.aggregate_id.as_str())
-            .push(", ")
-            .bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX))
-            .push(")");
+        if i > 0 {
+            q.push(", ");
+        }
+        push_consumed_row(&mut q, consumer, envelope, now);
     }
     if DB::DIALECT == Dialect::MySql {
         q.execute(conn).await?;
@@ -476,11 +474,25 @@ pub(crate) async fn consumed_among<DB: Backend>(
     consumer: &str,
     event_ids: &[&str],
 ) -> Result<Vec<String>, sqlx::Error> {
+    select_consumed::<DB>(conn, table, consumer, event_ids, "").await
+}
+
+/// Which of `event_ids` `consumer` consumed, the statement ending in `tail` (` FOR UPDATE`).
+async fn select_consumed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    event_ids: &[&str],
+    tail: &str,
+) -> Result<Vec<String>, sqlx::Error> {
     if event_ids.is_empty() {
         return Ok(Vec::new());
     }
     let mut q = Sql::<DB>::new(format!("SELECT event_id FROM {table} WHERE consumer = "));
-    q.bind(consumer).push(" AND event_id").in_strs(event_ids);
+    q.bind(consumer)
+        .push(" AND event_id")
+        .in_strs(event_ids)
+        .push(tail);
     q.fetch(conn)
         .await?
         .iter()

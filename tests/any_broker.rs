@@ -1,0 +1,56 @@
+//! One type for the publishers, and one for the subscriptions, of the three brokers, so that a
+//! test or a benchmark runs the same scenario on each.
+
+use event_sqlx::{
+    Backend, ConsumeReport, Consumer, Error, JetStreamSubscription, KafkaPublisher,
+    KafkaSubscription, NatsPublisher, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
+    RabbitMqSubscription, Routes,
+};
+
+/// One of the three brokers' publishers.
+#[derive(Debug, Clone)]
+pub enum AnyPublisher {
+    /// NATS JetStream.
+    Nats(NatsPublisher),
+    /// RabbitMQ.
+    Rabbit(RabbitMqPublisher),
+    /// Kafka.
+    Kafka(KafkaPublisher),
+}
+
+impl Publisher for AnyPublisher {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        match self {
+            AnyPublisher::Nats(p) => p.publish(messages).await,
+            AnyPublisher::Rabbit(p) => p.publish(messages).await,
+            AnyPublisher::Kafka(p) => p.publish(messages).await,
+        }
+    }
+}
+
+/// One of the three brokers' subscriptions.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one or two per test
+pub enum AnySubscription {
+    /// NATS JetStream.
+    Nats(JetStreamSubscription),
+    /// RabbitMQ.
+    Rabbit(RabbitMqSubscription),
+    /// Kafka.
+    Kafka(KafkaSubscription),
+}
+
+impl AnySubscription {
+    /// The subscription's `run`: processes messages until `shutdown` completes.
+    pub async fn run<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<ConsumeReport, Error> {
+        match self {
+            AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
+            AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
+        }
+    }
+}
