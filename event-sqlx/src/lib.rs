@@ -21,6 +21,7 @@ mod row;
 mod sql;
 
 mod archive;
+mod audit;
 mod inbox;
 mod message;
 mod outbox;
@@ -43,13 +44,18 @@ pub use table::{TableName, TableNameError};
 pub use config::backoff::{Backoff, due_after};
 pub use config::outbox::{IndexProfile, OutboxConfig, Route};
 pub use config::relay::RelayConfig;
+pub use row::audit::{AuditEntry, Consumption, NewAuditEntry};
 pub use row::message::{MessageEvent, MessageRecord};
-pub use row::outbox::{FlushReport, Lease, OutboxHealth, OutboxRecord, StatusCounts};
+pub use row::outbox::{
+    FlushReport, GroupCount, Lease, MinuteCount, OutboxHealth, OutboxRecord, OutboxSearch,
+    StatusCounts,
+};
 pub use row::quarantine::{QuarantineFilter, QuarantineRecord};
 
 pub use sql::dialect::{Backend, Dialect};
 
 pub use archive::ArchiveReport;
+pub use audit::{AuditLog, consumptions};
 pub use inbox::{Handled, Inbox, InboxError};
 pub use message::{MessageHealth, MessageStore};
 pub use outbox::{Commit, Outbox, Republish, RepublishReport};

@@ -210,6 +210,15 @@ impl<DB: Backend> MessageStore<DB> {
         .await
     }
 
+    /// Rows per status as a dashboard shows them: every pending, in-progress and failed row,
+    /// and the succeeded and cancelled rows last changed at or after `since`.
+    pub async fn live_counts(&self, since: DateTime<Utc>) -> Result<StatusCounts, Error> {
+        let mut conn = self.conn().await?;
+        crate::sql::operations::live_counts::<DB>(&mut conn, &self.table, "event_status", since)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
     /// Counts per status for messages created in `[from, to)` (统计事件处理状态).
     pub async fn status_counts(
         &self,

@@ -15,7 +15,8 @@ use crate::config::outbox::OutboxConfig;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, Publisher};
 use crate::row::outbox::{
-    FlushReport, Lease, NewOutboxRow, OutboxHealth, OutboxRecord, StatusCounts,
+    FlushReport, GroupCount, Lease, MinuteCount, NewOutboxRow, OutboxHealth, OutboxRecord,
+    OutboxSearch, StatusCounts,
 };
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
@@ -393,6 +394,72 @@ impl<DB: Backend> Outbox<DB> {
             expired_leases,
             oldest_pending_seconds: oldest.map(|at| (now - at).num_seconds().max(0)),
         })
+    }
+
+    /// A page of the back-office search (see [`OutboxSearch`] for the index each filter uses),
+    /// newest first, at most `limit` (1 to 1000) rows.
+    pub async fn search(
+        &self,
+        search: &OutboxSearch<'_>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, Error> {
+        let mut conn = self.conn().await?;
+        crate::sql::operations::search::<DB>(
+            &mut conn,
+            &self.config.table,
+            search,
+            i64::from(limit),
+        )
+        .await
+        .map_err(|e| self.db_error(e))
+    }
+
+    /// Rows per status as a dashboard shows them: every pending, in-progress and failed row,
+    /// and the published and cancelled rows last changed at or after `since`.
+    pub async fn live_counts(&self, since: DateTime<Utc>) -> Result<StatusCounts, Error> {
+        let mut conn = self.conn().await?;
+        crate::sql::operations::live_counts::<DB>(
+            &mut conn,
+            &self.config.table,
+            "publish_status",
+            since,
+        )
+        .await
+        .map_err(|e| self.db_error(e))
+    }
+
+    /// Failed events per topic (`by_topic`) or per event type, most first, at most `limit`.
+    pub async fn failed_counts(
+        &self,
+        by_topic: bool,
+        limit: u32,
+    ) -> Result<Vec<GroupCount>, Error> {
+        let mut conn = self.conn().await?;
+        let column = if by_topic { "topic" } else { "event_type" };
+        crate::sql::operations::failed_by::<DB>(
+            &mut conn,
+            &self.config.table,
+            "publish_status",
+            column,
+            i64::from(limit),
+        )
+        .await
+        .map_err(|e| self.db_error(e))
+    }
+
+    /// Events published and events failed per minute since `since`, oldest minute first, by
+    /// the time their row last changed (minutes with neither are left out). A failed event
+    /// published later counts as published.
+    pub async fn per_minute(&self, since: DateTime<Utc>) -> Result<Vec<MinuteCount>, Error> {
+        let mut conn = self.conn().await?;
+        crate::sql::operations::per_minute::<DB>(
+            &mut conn,
+            &self.config.table,
+            "publish_status",
+            since,
+        )
+        .await
+        .map_err(|e| self.db_error(e))
     }
 
     /// The events each relay holds under lease (in progress), with when the leases expire: a

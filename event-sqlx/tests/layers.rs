@@ -28,6 +28,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("inbox", 3),
     ("publisher", 3),
     ("archive", 3),
+    ("audit", 3),
     ("relay", 4),
     ("worker", 4),
     ("consumer", 4),

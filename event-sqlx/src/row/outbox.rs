@@ -192,3 +192,106 @@ impl StatusCounts {
         self.pending + self.in_progress + self.succeeded + self.failed + self.cancelled
     }
 }
+
+/// What a back-office search of the outbox selects: every field set narrows it. Results come
+/// newest first, by `(create_time, id)`; [`OutboxSearch::before`] continues after a page's last
+/// row (keyset pagination: each page costs the same however deep).
+///
+/// Which index answers it (seed profile): the event number `uk_event_no`; the aggregate
+/// `uk_aggregate_sequence`; the trace id `idx_trace_id`; the event type or the topic, with or
+/// without a time range, `idx_event_type_create_time` or `idx_topic_create_time`; a status alone
+/// `idx_status_update_time` for the rare statuses and `idx_create_time` for the common ones;
+/// nothing or a time range alone, `idx_create_time`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxSearch<'a> {
+    /// One event number.
+    pub event_no: Option<&'a str>,
+    /// One aggregate: `(aggregate_type, aggregate_id)`.
+    pub aggregate: Option<(&'a str, &'a str)>,
+    /// One event type.
+    pub event_type: Option<&'a str>,
+    /// One topic.
+    pub topic: Option<&'a str>,
+    /// One trace id.
+    pub trace_id: Option<&'a str>,
+    /// One status.
+    pub status: Option<EventStatus>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub to: Option<DateTime<Utc>>,
+    /// Only rows older than this `(create_time, id)`: the last row of the previous page.
+    pub before: Option<(DateTime<Utc>, i64)>,
+}
+
+impl<'a> OutboxSearch<'a> {
+    /// Only the event `event_no`.
+    pub fn event_no(mut self, event_no: &'a str) -> Self {
+        self.event_no = Some(event_no);
+        self
+    }
+
+    /// Only the events of one aggregate.
+    pub fn aggregate(mut self, aggregate_type: &'a str, aggregate_id: &'a str) -> Self {
+        self.aggregate = Some((aggregate_type, aggregate_id));
+        self
+    }
+
+    /// Only events of `event_type`.
+    pub fn event_type(mut self, event_type: &'a str) -> Self {
+        self.event_type = Some(event_type);
+        self
+    }
+
+    /// Only events routed to `topic`.
+    pub fn topic(mut self, topic: &'a str) -> Self {
+        self.topic = Some(topic);
+        self
+    }
+
+    /// Only events of the trace `trace_id`.
+    pub fn trace_id(mut self, trace_id: &'a str) -> Self {
+        self.trace_id = Some(trace_id);
+        self
+    }
+
+    /// Only events in `status`.
+    pub fn status(mut self, status: EventStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only events created in `[from, to)`; either end may be open.
+    pub fn created(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.from = from;
+        self.to = to;
+        self
+    }
+
+    /// The page after `last`, the last row of the previous page.
+    pub fn after_row(mut self, last: &OutboxRecord) -> Self {
+        self.before = Some((last.create_time, last.id));
+        self
+    }
+}
+
+/// How many rows share one value of a column.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupCount {
+    /// The value (empty for NULL).
+    pub key: String,
+    /// How many rows.
+    pub count: i64,
+}
+
+/// Events published and events failed in one minute, by the time their row last changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MinuteCount {
+    /// The start of the minute.
+    pub minute: DateTime<Utc>,
+    /// Rows now published whose last change (the publish) fell in this minute.
+    pub published: i64,
+    /// Rows now failed whose last change (the failed attempt) fell in this minute.
+    pub failed: i64,
+}

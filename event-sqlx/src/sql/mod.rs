@@ -8,6 +8,7 @@ pub(crate) mod archive;
 pub(crate) mod dialect;
 pub(crate) mod inbox;
 pub(crate) mod message;
+pub(crate) mod operations;
 pub(crate) mod outbox;
 pub(crate) mod profile;
 

@@ -120,7 +120,7 @@ pub(crate) enum Select<'a> {
     },
 }
 
-fn decode<DB: Backend>(row: &DB::Row) -> Result<OutboxRecord, sqlx::Error> {
+pub(crate) fn decode<DB: Backend>(row: &DB::Row) -> Result<OutboxRecord, sqlx::Error> {
     let c = Columns::<DB>(row);
     Ok(OutboxRecord {
         id: c.id("id")?,
