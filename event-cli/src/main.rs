@@ -5,6 +5,7 @@
 mod archive;
 mod args;
 mod check;
+mod console;
 mod db;
 mod demo;
 mod messages;
@@ -58,6 +59,9 @@ enum Command {
     /// Event schemas.
     #[command(subcommand)]
     Schema(SchemaCommand),
+    /// Serve the web console: overview, search, aggregate timeline, event detail, quarantine,
+    /// message table, and guarded actions written to an audit trail.
+    Console(console::ConsoleArgs),
 }
 
 /// Where the outbox is.
@@ -133,6 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Quarantine(command) => quarantine::run(command).await,
         Command::Inbox(command) => quarantine::inbox(command).await,
         Command::Reconcile(args) => reconcile::run(args).await,
+        Command::Console(args) => console::run(args).await,
         Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
         Command::Schema(SchemaCommand::Check(args)) => schema::check(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {

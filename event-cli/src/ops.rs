@@ -242,7 +242,7 @@ async fn drain_through_outages<DB: Backend, P: event_sqlx::Publisher>(
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
