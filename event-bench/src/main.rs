@@ -10,6 +10,7 @@
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
 mod delivery;
+mod console;
 mod derive_build;
 mod producer;
 mod reconcile;
@@ -78,6 +79,10 @@ struct Args {
     /// transactions per variant.
     #[arg(long)]
     producer: Option<usize>,
+    /// Instead of the outbox: this many rows in a PostgreSQL outbox, each console page through
+    /// `eventctl console` against the same statements run directly (benches/results/console.json).
+    #[arg(long)]
+    console: Option<i64>,
     /// With --throughput: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
     /// kafka).
     #[arg(long, default_value = "all")]
@@ -154,6 +159,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(events) = args.throughput {
         return throughput::run(events, &args.brokers).await;
+    }
+    if let Some(rows) = args.console {
+        return console::run(rows).await;
     }
     if let Some(events) = args.derive_build {
         return derive_build::run(events);
