@@ -32,7 +32,10 @@ fn percentile(samples: &mut [f64], p: f64) -> f64 {
 async fn get(address: &str, path: &str) -> anyhow::Result<(u16, usize)> {
     let mut stream = tokio::net::TcpStream::connect(address).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
         .await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
@@ -68,7 +71,10 @@ async fn run_statement(pool: &PgPool, sql: &str, binds: &[String]) -> anyhow::Re
 async fn indexes(pool: &PgPool, sql: &str, binds: &[String]) -> anyhow::Result<Vec<String>> {
     let mut text = sql.to_owned();
     for (i, b) in binds.iter().enumerate().rev() {
-        text = text.replace(&format!("${}", i + 1), &format!("'{}'", b.replace('\'', "''")));
+        text = text.replace(
+            &format!("${}", i + 1),
+            &format!("'{}'", b.replace('\'', "''")),
+        );
     }
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {text}")))
         .fetch_all(pool)
@@ -81,7 +87,11 @@ async fn indexes(pool: &PgPool, sql: &str, binds: &[String]) -> anyhow::Result<V
             found.push(format!("sequential scan of {table}"));
         }
         if let Some(rest) = line.split(" using ").nth(1) {
-            let name = rest.split_whitespace().next().unwrap_or_default().to_owned();
+            let name = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             if !found.contains(&name) {
                 found.push(name);
             }
@@ -96,7 +106,9 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
         .map(|d| d.join("eventctl"))
         .filter(|p| p.exists())
         .context("eventctl is not beside event-bench: build both, `cargo build --release -p event-cli -p event-bench`")?;
-    let db = TestDb::postgres().await.context("PostgreSQL is unreachable")?;
+    let db = TestDb::postgres()
+        .await
+        .context("PostgreSQL is unreachable")?;
     let pool = db.pool().clone();
     eprintln!("== filling {rows} outbox rows");
     let started = Instant::now();
@@ -157,13 +169,20 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
             path: format!("/search?event_type=TYPE_3&from={day_ago}&to={hours_ago}"),
             statements: vec![search(
                 " AND event_type = $1 AND create_time >= $2::timestamptz AND create_time < $3::timestamptz",
-                &["TYPE_3", &format!("{day_ago}:00Z"), &format!("{hours_ago}:00Z")],
+                &[
+                    "TYPE_3",
+                    &format!("{day_ago}:00Z"),
+                    &format!("{hours_ago}:00Z"),
+                ],
             )],
         },
         Case {
             name: "search by trace id",
             path: format!("/search?trace_id=trace-{}", mid / 10),
-            statements: vec![search(" AND trace_id = $1", &[&format!("trace-{}", mid / 10)])],
+            statements: vec![search(
+                " AND trace_id = $1",
+                &[&format!("trace-{}", mid / 10)],
+            )],
         },
         Case {
             name: "search by status failed",
@@ -219,7 +238,14 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
 
     eprintln!("== starting the console");
     let mut child = Command::new(&eventctl)
-        .args(["console", "--database-url", &db.url, "--listen", "127.0.0.1:0", "--read-only"])
+        .args([
+            "console",
+            "--database-url",
+            &db.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--read-only",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -242,7 +268,9 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
     };
 
     let mut results = Vec::new();
-    println!("| page | console p50 | console p95 | same statements direct p50 | p95 | p95 ratio | indexes read |");
+    println!(
+        "| page | console p50 | console p95 | same statements direct p50 | p95 | p95 ratio | indexes read |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for case in &cases {
         // Warm up both paths, then interleave them sample by sample.
@@ -277,7 +305,10 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
                 }
             }
         }
-        let (c50, c95) = (percentile(&mut console, 0.5), percentile(&mut console, 0.95));
+        let (c50, c95) = (
+            percentile(&mut console, 0.5),
+            percentile(&mut console, 0.95),
+        );
         let (d50, d95) = (percentile(&mut direct, 0.5), percentile(&mut direct, 0.95));
         println!(
             "| {} | {c50:.1} ms | {c95:.1} ms | {d50:.1} ms | {d95:.1} ms | {:.2}x | {} |",

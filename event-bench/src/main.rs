@@ -9,8 +9,8 @@
 //!
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
-mod delivery;
 mod console;
+mod delivery;
 mod derive_build;
 mod producer;
 mod reconcile;

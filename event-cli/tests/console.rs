@@ -315,7 +315,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
     let mut o1 = Order::place("o-1", 100).unwrap();
     o1.pay(100).unwrap();
     uow.collect(&mut o1).unwrap();
-    for id in ["o-2", "o-3", "o-4", "o-5", XSS] {
+    for id in ["o-2", "o-3", "o-4", "o-5", "o-6", "o-7", XSS] {
         uow.collect(&mut Order::place(id, 100).unwrap()).unwrap();
     }
     outbox
@@ -324,7 +324,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
         .unwrap();
     let refusing = Refusing {
         inner: nats.clone(),
-        refused: ["o-1", "o-2", "o-4"]
+        refused: ["o-1", "o-2", "o-4", "o-6", "o-7"]
             .into_iter()
             .map(String::from)
             .collect(),
@@ -600,6 +600,54 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
         .await;
         assert_eq!(code, 200, "{body}");
         assert_eq!(status(&db, &placed_4).await, EventStatus::Pending);
+
+        // Bulk retry: the confirmation counts the rows (o-6 and o-7 are the failed ones left),
+        // the retry touches those and is audited with both.
+        let (code, _, page) = http(
+            &base,
+            "GET",
+            "/bulk-retry?event_type=ORDER_PLACED",
+            Some(&cookie),
+            None,
+        )
+        .await;
+        assert_eq!(code, 200);
+        assert!(
+            page.contains("This puts <strong>2</strong> failed events back to pending"),
+            "{page}"
+        );
+        let filter = page
+            .split("name=\"filter\" value=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap()
+            .replace("&amp;", "&");
+        let bulk = form(&[
+            ("filter", &filter),
+            ("expected", "2"),
+            ("csrf", &csrf),
+            ("reason", "broker fixed"),
+        ]);
+        let (code, _, body) = http(
+            &base,
+            "POST",
+            "/actions/outbox/bulk-retry",
+            Some(&cookie),
+            Some(&bulk),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("2 of 2 failed events"), "{body}");
+        let placed_6 = event_no(&db, "o-6", 0).await;
+        let placed_7 = event_no(&db, "o-7", 0).await;
+        assert_eq!(status(&db, &placed_6).await, EventStatus::Pending);
+        assert_eq!(status(&db, &placed_7).await, EventStatus::Pending);
+        let (_, _, audit) = http(&base, "GET", "/audit", None, None).await;
+        assert!(
+            audit.contains("outbox.bulk_retry")
+                && audit.contains(&placed_6)
+                && audit.contains(&placed_7)
+        );
 
         // A cancel without a reason is refused.
         let no_reason = form(&[("no", &placed_4), ("csrf", &csrf), ("reason", " ")]);
