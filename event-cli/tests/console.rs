@@ -757,3 +757,94 @@ fn a_console_on_a_public_address_without_credentials_refuses_to_start() {
         "{stderr}"
     );
 }
+
+/// On MySQL/MariaDB each page answers, over HTTP, with the events it should show; hostile query
+/// strings get a page that names the problem, never a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_pages_answer_and_bad_input_is_named() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    for id in ["o-1", "o-2"] {
+        let mut order = Order::place(id, 100).unwrap();
+        order.pay(100).unwrap();
+        uow.collect(&mut order).unwrap();
+    }
+    db.outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let placed = event_no(&db, "o-1", 0).await;
+    let (_console, base) = console(&db.url, &[]);
+    for (path, expected) in [
+        ("/".to_owned(), "4</span> pending".to_owned()),
+        ("/search".to_owned(), placed.clone()),
+        (
+            format!("/search?no={}", enc(&placed)),
+            "1 events".to_owned(),
+        ),
+        (
+            "/search?aggregate_type=ORDER&aggregate_id=o-1".to_owned(),
+            placed.clone(),
+        ),
+        (
+            "/search?event_type=ORDER_PAID&from=2020-01-01T00:00".to_owned(),
+            "2 events".to_owned(),
+        ),
+        (
+            "/aggregate?type=ORDER&id=o-2".to_owned(),
+            "is the head: 1 later events wait".to_owned(),
+        ),
+        (
+            format!("/event?no={}", enc(&placed)),
+            "No consumer has recorded it".to_owned(),
+        ),
+        (
+            "/quarantine".to_owned(),
+            "No consumer has quarantined".to_owned(),
+        ),
+        ("/messages".to_owned(), "Failed messages".to_owned()),
+        ("/audit".to_owned(), "No change has been made".to_owned()),
+    ] {
+        let (code, _, body) = http(&base, "GET", &path, None, None).await;
+        assert_eq!(code, 200, "{path}: {body}");
+        assert!(
+            body.contains(&expected),
+            "{path}: no `{expected}` in {body}"
+        );
+    }
+    for (path, code, expected) in [
+        ("/search?from=yesterday", 400, "is not a time"),
+        ("/search?status=lost", 400, "unknown status `lost`"),
+        ("/search?aggregate_type=ORDER", 400, "give both"),
+        (
+            "/search?before=99999999999999999999_1",
+            400,
+            "cursor is damaged",
+        ),
+        (
+            "/event?no=nothing",
+            404,
+            "no outbox event has event number nothing",
+        ),
+        ("/aggregate?type=ORDER", 400, "give the aggregate"),
+        ("/quarantine?class=odd", 400, "unknown failure class"),
+        ("/login?next=%2F%0D%0ASet-Cookie%3A%20x", 200, "Log in"),
+        ("/nowhere", 404, "no such page"),
+    ] {
+        let (got, _, body) = http(&base, "GET", path, None, None).await;
+        assert_eq!(got, code, "{path}: {body}");
+        assert!(body.contains(expected), "{path}: no `{expected}` in {body}");
+    }
+    // A login sent back to a header-breaking `next` lands on `/`.
+    let login = form(&[
+        ("user", "carol"),
+        ("secret", TOKEN),
+        ("next", "/\r\nSet-Cookie: x=1"),
+    ]);
+    let (code, headers, _) = http(&base, "POST", "/login", None, Some(&login)).await;
+    assert_eq!(code, 303);
+    assert_eq!(header(&headers, "location"), Some("/"));
+    db.cleanup().await;
+}

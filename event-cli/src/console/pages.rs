@@ -970,10 +970,19 @@ struct LoginPage {
     error: Option<String>,
 }
 
-/// A path on this console to go back to, or `/`.
+/// A path on this console to go back to, or `/`: never another site (`//host`, `/\\host`), and
+/// nothing but visible ASCII, so it is always a valid `Location` header.
 fn local(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && n.len() <= 2000
+                && n.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            n.to_owned()
+        }
         _ => "/".to_owned(),
     }
 }
@@ -1563,4 +1572,25 @@ pub(crate) async fn stylesheet() -> Response {
 
 pub(crate) async fn not_found() -> Fail {
     Fail::NotFound("no such page: start from the overview at /".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local;
+
+    #[test]
+    fn only_local_visible_paths_are_gone_back_to() {
+        assert_eq!(local(Some("/search?no=a")), "/search?no=a");
+        for bad in [
+            "//evil.example",
+            "/\\evil",
+            "https://evil.example",
+            "/\r\nSet-Cookie: x",
+            "/é",
+            "",
+        ] {
+            assert_eq!(local(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(local(None), "/");
+    }
 }
