@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Backend, Consumer, Delivered, EventStatus, HandlerError, JetStreamSubscription, NatsPublisher,
-    OutboxConfig, OutboxMessage, PublishError, Publisher, Quarantine, QuarantineStatus,
-    RelayConfig, Route,
+    Backend, Consumer, Delivered, EventStatus, HandlerError, JetStreamSubscription, MessageEvent,
+    MessageStore, NatsPublisher, OutboxConfig, OutboxMessage, PublishError, Publisher, Quarantine,
+    QuarantineStatus, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, nats_url, reachable, services_required, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
@@ -846,5 +846,82 @@ async fn mysql_pages_answer_and_bad_input_is_named() {
     let (code, headers, _) = http(&base, "POST", "/login", None, Some(&login)).await;
     assert_eq!(code, 303);
     assert_eq!(header(&headers, "location"), Some("/"));
+    let cookie = header(&headers, "set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // The message table: a failed message retried, a pending one cancelled with a reason, under
+    // the CLI's guards (a pending message is not retried), each audited.
+    let messages = MessageStore::new(db.pool().clone());
+    let envelope = db
+        .outbox
+        .by_event_no(&placed)
+        .await
+        .unwrap()
+        .unwrap()
+        .envelope()
+        .unwrap();
+    for no in ["MSG-1", "MSG-2"] {
+        let mut message = MessageEvent::from_envelope(&envelope);
+        message.event_no = no.into();
+        assert!(messages.create(&message).await.unwrap());
+    }
+    let first = messages.by_event_no("MSG-1").await.unwrap().unwrap();
+    assert!(messages.claim(&first).await.unwrap());
+    assert!(
+        messages
+            .fail(first.id, "downstream said no", Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+    let (_, _, page) = http(&base, "GET", "/messages", Some(&cookie), None).await;
+    assert!(
+        page.contains("MSG-1") && page.contains("downstream said no"),
+        "{page}"
+    );
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let post = async |path: &str, pairs: &[(&str, &str)]| {
+        http(&base, "POST", path, Some(&cookie), Some(&form(pairs))).await
+    };
+    let (code, _, body) = post(
+        "/actions/messages/retry",
+        &[("no", "MSG-2"), ("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(code, 409, "a pending message is not retried: {body}");
+    let (code, _, body) = post(
+        "/actions/messages/retry",
+        &[("no", "MSG-1"), ("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, _, body) = post(
+        "/actions/messages/cancel",
+        &[("no", "MSG-2"), ("csrf", &csrf), ("reason", "sent by hand")],
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let status_of = async |no: &str| {
+        messages
+            .by_event_no(no)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_status
+    };
+    assert_eq!(status_of("MSG-1").await, EventStatus::Pending);
+    assert_eq!(status_of("MSG-2").await, EventStatus::Cancelled);
+    let (_, _, audit) = http(&base, "GET", "/audit", None, None).await;
+    for expected in ["message.retry", "message.cancel", "sent by hand", "carol"] {
+        assert!(audit.contains(expected), "no `{expected}` in {audit}");
+    }
     db.cleanup().await;
 }
