@@ -4,7 +4,7 @@
 //! outbox event under the seed's and the lean index profile. The variants run interleaved in
 //! rounds, so that drift in the machine's load hits each alike.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::Utc;
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
@@ -88,19 +88,22 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     let seed_indexes = indexes(db.pool().clone(), "biz_outbox_event").await? as usize;
     let lean_indexes = indexes(lean_db.pool().clone(), "biz_outbox_event").await? as usize;
 
-    let rounds = 6;
-    let per_round = (transactions / rounds).max(1);
+    // Short rounds, so that drift in the machine's load hits every variant alike; each
+    // transaction timed on its own, and each variant's median taken, so that the occasional slow
+    // commit (a checkpoint's fsync) does not decide a ratio.
+    let per_round = 50.min(transactions.max(1));
+    let rounds = (transactions / per_round).max(1);
     // Seed database: alone, + floor row, + event; lean database: alone, + event, + the same
     // outbox row written by hand with one static prepared statement (what the database alone
     // costs for the row, without the toolkit's envelope, event number and encoding).
     // And the same row with the toolkit's duplicate detection, `ON CONFLICT DO NOTHING
     // RETURNING`.
-    let mut totals = [Duration::ZERO; 7];
+    let mut samples: [Vec<f64>; 7] = Default::default();
     let mut serial = 0usize;
     for round in 0..=rounds {
-        for (variant, total) in totals.iter_mut().enumerate() {
-            let started = Instant::now();
+        for (variant, samples) in samples.iter_mut().enumerate() {
             for _ in 0..per_round {
+                let started = Instant::now();
                 serial += 1;
                 let pool = if variant < 3 {
                     db.pool()
@@ -153,23 +156,26 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                     _ => {}
                 }
                 tx.commit().await?;
-            }
-            if round > 0 {
-                // Round 0 warms up.
-                *total += started.elapsed();
+                if round > 0 {
+                    // Round 0 warms up.
+                    samples.push(started.elapsed().as_secs_f64() * 1e6);
+                }
             }
         }
     }
-    let n = (per_round * rounds) as f64;
-    let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let [s0, s1, s2, s3, s4, s5, s6] = &mut samples;
     let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
-        us(totals[0]),
-        us(totals[1]),
-        us(totals[2]),
-        us(totals[3]),
-        us(totals[4]),
-        us(totals[5]),
-        us(totals[6]),
+        median(s0),
+        median(s1),
+        median(s2),
+        median(s3),
+        median(s4),
+        median(s5),
+        median(s6),
     );
     let figures = Figures {
         transactions_per_variant: per_round * rounds,
@@ -192,7 +198,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         "machine": crate::machine(),
         "measuredAt": Utc::now(),
         "store": "PostgreSQL",
-        "note": "one run; the variants interleaved in rounds on one database",
+        "note": "one run; the variants interleaved in rounds of 50 transactions; each figure the median of one variant's transactions",
         "figures": figures,
     });
     std::fs::create_dir_all("benches/results")?;

@@ -213,6 +213,16 @@ pub(crate) async fn insert<DB: Backend>(
     let mut inserted = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut chunk: Vec<&NewOutboxRow> = chunk.iter().collect();
+        if DB::DIALECT.has_returning() && chunk.len() == 1 {
+            // One row (most commands record one event): the count of rows written says whether
+            // it was new, and the database returns no row.
+            let mut q = insert_statement::<DB>(table, &chunk);
+            q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
+            if q.execute(conn).await? == 1 {
+                inserted.push(chunk[0].event_no.clone());
+            }
+            continue;
+        }
         if DB::DIALECT.has_returning() {
             let mut q = insert_statement::<DB>(table, &chunk);
             q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
