@@ -2,38 +2,14 @@
 //! tables in batches beside a live relay, nothing that is not final ever moves, and every row is
 //! in exactly one of the two tables.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
-use event_sqlx::{
-    ChannelPublisher, MessageEvent, MessageStore, OutboxMessage, PublishError, Publisher,
-    RelayConfig,
-};
+use event_sqlx::{ChannelPublisher, MessageEvent, MessageStore, RelayConfig};
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, Refusing};
 
 const ORDERS: usize = 60;
-
-/// Refuses the events of the orders listed; sends the rest into a channel.
-struct Refusing {
-    inner: ChannelPublisher,
-    refused: HashSet<String>,
-}
-
-impl Publisher for Refusing {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        let mut results = Vec::new();
-        for message in messages {
-            if self.refused.contains(&message.envelope.aggregate_id) {
-                results.push(Err(PublishError::new("broker refused it")));
-            } else {
-                results.extend(self.inner.publish(std::slice::from_ref(message)).await);
-            }
-        }
-        results
-    }
-}
 
 const FINAL_LIVE: &str = "SELECT COUNT(*) FROM biz_outbox_event WHERE publish_status IN (2, 4)";
 const NOT_FINAL_ARCHIVED: &str =
@@ -45,7 +21,7 @@ const DISTINCT: &str = "SELECT COUNT(*) FROM (SELECT event_no FROM biz_outbox_ev
 
 async fn archiving_beside_a_live_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>)
 where
-    event_sqlx::Relay<DB, Refusing>: Send + Sync + 'static,
+    event_sqlx::Relay<DB, Refusing<ChannelPublisher>>: Send + Sync + 'static,
 {
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
     for i in 0..ORDERS {
@@ -60,10 +36,9 @@ where
         .unwrap();
     let events = ORDERS * 2;
     // Three orders' events keep failing: their heads stay failed, their payments pending.
-    let refused: HashSet<String> = ["o-3", "o-30", "o-59"].map(String::from).into();
     let (inner, _received) = ChannelPublisher::channel(events * 2);
     let relay = db.outbox.relay(
-        Refusing { inner, refused },
+        Refusing::new(inner, &["o-3", "o-30", "o-59"]),
         RelayConfig::new("live").batch_size(7),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -120,3 +120,39 @@ impl Aggregate for Payment {
         &mut self.events
     }
 }
+
+/// Refuses the events of the listed aggregates ("broker refused it"); passes the rest to
+/// `inner`. Leaves failed events behind for tests of retries, skips and operators' pages.
+pub struct Refusing<P> {
+    /// Where the other events go.
+    pub inner: P,
+    /// The aggregate ids whose events are refused.
+    pub refused: std::collections::HashSet<String>,
+}
+
+impl<P: event_sqlx::Publisher> Refusing<P> {
+    /// Refuses the events of `aggregate_ids`.
+    pub fn new(inner: P, aggregate_ids: &[&str]) -> Refusing<P> {
+        Refusing {
+            inner,
+            refused: aggregate_ids.iter().map(|id| (*id).to_owned()).collect(),
+        }
+    }
+}
+
+impl<P: event_sqlx::Publisher> event_sqlx::Publisher for Refusing<P> {
+    async fn publish(
+        &self,
+        messages: &[event_sqlx::OutboxMessage],
+    ) -> Vec<Result<(), event_sqlx::PublishError>> {
+        let mut results = Vec::new();
+        for message in messages {
+            if self.refused.contains(&message.envelope.aggregate_id) {
+                results.push(Err(event_sqlx::PublishError::new("broker refused it")));
+            } else {
+                results.extend(self.inner.publish(std::slice::from_ref(message)).await);
+            }
+        }
+        results
+    }
+}

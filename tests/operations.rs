@@ -10,28 +10,11 @@ use std::collections::HashSet;
 use chrono::{TimeDelta, Utc};
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    AuditLog, Backend, ChannelPublisher, EventStatus, Inbox, NewAuditEntry, OutboxMessage,
-    OutboxSearch, PublishError, Publisher, RelayConfig,
+    AuditLog, Backend, ChannelPublisher, EventStatus, Inbox, NewAuditEntry, OutboxSearch,
+    RelayConfig,
 };
 use event_tests::db::TestDb;
-use event_tests::fixtures::Order;
-
-/// Refuses o-1's events; the rest go into a channel.
-struct Refusing(ChannelPublisher);
-
-impl Publisher for Refusing {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        let mut results = Vec::new();
-        for message in messages {
-            if message.envelope.aggregate_id == "o-1" {
-                results.push(Err(PublishError::new("broker refused it")));
-            } else {
-                results.extend(self.0.publish(std::slice::from_ref(message)).await);
-            }
-        }
-        results
-    }
-}
+use event_tests::fixtures::{Order, Refusing};
 
 async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
@@ -46,7 +29,7 @@ async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
         .unwrap();
     let (channel, mut received) = ChannelPublisher::channel(100);
     db.outbox
-        .relay(Refusing(channel), RelayConfig::new("relay"))
+        .relay(Refusing::new(channel, &["o-1"]), RelayConfig::new("relay"))
         .drain()
         .await
         .unwrap();

@@ -9,7 +9,6 @@
 // A panic is how a test fails.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -20,11 +19,10 @@ use std::time::Duration;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     Backend, Consumer, Delivered, EventStatus, HandlerError, JetStreamSubscription, MessageEvent,
-    MessageStore, NatsPublisher, OutboxConfig, OutboxMessage, PublishError, Publisher, Quarantine,
-    QuarantineStatus, RelayConfig, Route,
+    MessageStore, NatsPublisher, OutboxConfig, Quarantine, QuarantineStatus, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, nats_url, reachable, services_required, unique};
-use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::fixtures::{Order, OrderPlaced, Refusing};
 use event_tests::wait;
 use fantoccini::{Client, ClientBuilder, Locator};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -249,26 +247,6 @@ fn form_urlencoded_pairs(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-/// Refuses the events of the listed orders; publishes the rest to JetStream.
-struct Refusing {
-    inner: NatsPublisher,
-    refused: HashSet<String>,
-}
-
-impl Publisher for Refusing {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        let mut results = Vec::new();
-        for message in messages {
-            if self.refused.contains(&message.envelope.aggregate_id) {
-                results.push(Err(PublishError::new("broker refused it")));
-            } else {
-                results.extend(self.inner.publish(std::slice::from_ref(message)).await);
-            }
-        }
-        results
-    }
-}
-
 async fn event_no<DB: Backend>(db: &TestDb<DB>, order: &str, seq: usize) -> String {
     db.outbox.by_aggregate("ORDER", order).await.unwrap()[seq]
         .event_no
@@ -322,13 +300,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
-    let refusing = Refusing {
-        inner: nats.clone(),
-        refused: ["o-1", "o-2", "o-4", "o-6", "o-7"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-    };
+    let refusing = Refusing::new(nats.clone(), &["o-1", "o-2", "o-4", "o-6", "o-7"]);
     outbox
         .relay(refusing, RelayConfig::new("relay"))
         .drain()

@@ -1116,14 +1116,57 @@ struct DonePage {
     back: String,
 }
 
-/// Writes the audit entry, then shows the outcome.
+/// One change an action made (or found it could not make), as the audit trail records it and
+/// the result page shows it.
+struct Change {
+    action: &'static str,
+    target: String,
+    /// The rows changed: none when the guards refused.
+    rows: Vec<String>,
+    reason: Option<String>,
+    outcome: String,
+    back: String,
+}
+
+impl Change {
+    /// A change of the one row `row`: `did` when `changed`, else `why_not`.
+    fn one(
+        action: &'static str,
+        row: String,
+        changed: bool,
+        reason: Option<String>,
+        (did, why_not): (String, String),
+        back: String,
+    ) -> Change {
+        Change {
+            action,
+            target: row.clone(),
+            rows: if changed { vec![row] } else { Vec::new() },
+            reason,
+            outcome: if changed { did } else { why_not },
+            back,
+        }
+    }
+}
+
+/// Writes `change` to the audit trail, then shows its outcome: 200 when rows changed, 409 when
+/// the guards left everything as it was.
 async fn done(
     app: &App,
     headers: &HeaderMap,
-    entry: NewAuditEntry,
-    ok: bool,
-    back: String,
+    session: &Session,
+    change: Change,
 ) -> Result<Response, Fail> {
+    let ok = !change.rows.is_empty();
+    let entry = NewAuditEntry {
+        actor: session.user.clone(),
+        action: change.action.to_owned(),
+        target: change.target,
+        affected: i64::try_from(change.rows.len()).unwrap_or(i64::MAX),
+        affected_rows: change.rows,
+        reason: change.reason,
+        outcome: change.outcome,
+    };
     app.store.audit(&entry).await.map_err(|e| {
         Fail::Database(format!(
             "{}; but it could not be written to the audit trail: {}",
@@ -1135,7 +1178,7 @@ async fn done(
         chrome: chrome(app, headers),
         ok,
         message: entry.outcome,
-        back,
+        back: change.back,
     };
     let status = if ok {
         StatusCode::OK
@@ -1143,25 +1186,6 @@ async fn done(
         StatusCode::CONFLICT
     };
     Ok((status, render(&page)).into_response())
-}
-
-fn entry(
-    session: &Session,
-    action: &str,
-    target: String,
-    rows: Vec<String>,
-    reason: Option<String>,
-    outcome: String,
-) -> NewAuditEntry {
-    NewAuditEntry {
-        actor: session.user.clone(),
-        action: action.to_owned(),
-        target,
-        affected: i64::try_from(rows.len()).unwrap_or(i64::MAX),
-        affected_rows: rows,
-        reason,
-        outcome,
-    }
 }
 
 #[derive(Deserialize)]
@@ -1185,27 +1209,16 @@ pub(crate) async fn outbox_retry(
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let no = event_no(&form)?;
     let changed = app.store.retry(&no).await?;
-    let outcome = if changed {
-        format!("{no} was put back to pending")
-    } else {
+    let words = (
+        format!("{no} was put back to pending"),
         format!(
             "{no} was not changed: it does not exist or it is not failed (only failed events can be retried)"
-        )
-    };
-    let rows = if changed {
-        vec![no.clone()]
-    } else {
-        Vec::new()
-    };
-    let e = entry(
-        &session,
-        "outbox.retry",
-        no.clone(),
-        rows,
-        given(&form.reason).map(str::to_owned),
-        outcome,
+        ),
     );
-    done(&app, &headers, e, changed, link("/event", &[("no", &no)])).await
+    let back = link("/event", &[("no", &no)]);
+    let reason = given(&form.reason).map(str::to_owned);
+    let change = Change::one("outbox.retry", no, changed, reason, words, back);
+    done(&app, &headers, &session, change).await
 }
 
 pub(crate) async fn outbox_cancel(
@@ -1217,27 +1230,51 @@ pub(crate) async fn outbox_cancel(
     let no = event_no(&form)?;
     let why = reason(&form.reason)?;
     let changed = app.store.cancel(&no, &why).await?;
-    let outcome = if changed {
-        format!("{no} was cancelled")
-    } else {
+    let words = (
+        format!("{no} was cancelled"),
         format!(
             "{no} was not changed: it does not exist or it is not pending or failed (published, in-progress and cancelled events stay as they are)"
-        )
-    };
-    let rows = if changed {
-        vec![no.clone()]
-    } else {
-        Vec::new()
-    };
-    let e = entry(
-        &session,
-        "outbox.cancel",
-        no.clone(),
-        rows,
-        Some(why),
-        outcome,
+        ),
     );
-    done(&app, &headers, e, changed, link("/event", &[("no", &no)])).await
+    let back = link("/event", &[("no", &no)]);
+    let change = Change::one("outbox.cancel", no, changed, Some(why), words, back);
+    done(&app, &headers, &session, change).await
+}
+
+pub(crate) async fn message_retry(
+    State(app): Shared,
+    headers: HeaderMap,
+    Form(form): Form<EventAction>,
+) -> Result<Response, Fail> {
+    let session = authorize(&app, &headers, form.csrf.as_deref())?;
+    let no = event_no(&form)?;
+    let changed = app.store.retry_message(&no).await?;
+    let words = (
+        format!("message {no} was put back to pending"),
+        format!("message {no} was not changed: it does not exist or it is not failed"),
+    );
+    let back = link("/messages", &[("no", &no)]);
+    let reason = given(&form.reason).map(str::to_owned);
+    let change = Change::one("message.retry", no, changed, reason, words, back);
+    done(&app, &headers, &session, change).await
+}
+
+pub(crate) async fn message_cancel(
+    State(app): Shared,
+    headers: HeaderMap,
+    Form(form): Form<EventAction>,
+) -> Result<Response, Fail> {
+    let session = authorize(&app, &headers, form.csrf.as_deref())?;
+    let no = event_no(&form)?;
+    let why = reason(&form.reason)?;
+    let changed = app.store.cancel_message(&no, &why).await?;
+    let words = (
+        format!("message {no} was cancelled"),
+        format!("message {no} was not changed: it does not exist or it is not pending or failed"),
+    );
+    let back = link("/messages", &[("no", &no)]);
+    let change = Change::one("message.cancel", no, changed, Some(why), words, back);
+    done(&app, &headers, &session, change).await
 }
 
 #[derive(Deserialize)]
@@ -1261,34 +1298,19 @@ pub(crate) async fn outbox_skip(
     };
     let why = reason(&form.reason)?;
     let skipped = app.store.skip(kind, id, &why).await?;
-    let (ok, rows, outcome) = match skipped {
-        Some(no) => (
-            true,
-            vec![no.clone()],
-            format!("skipped {no}; the rest of {kind} {id} can now be published"),
-        ),
-        None => (
-            false,
-            Vec::new(),
-            format!("{kind} {id} has no pending or failed event to skip; nothing was changed"),
-        ),
+    let outcome = match &skipped {
+        Some(no) => format!("skipped {no}; the rest of {kind} {id} can now be published"),
+        None => format!("{kind} {id} has no pending or failed event to skip; nothing was changed"),
     };
-    let e = entry(
-        &session,
-        "outbox.skip",
-        format!("{kind} {id}"),
-        rows,
-        Some(why),
+    let change = Change {
+        action: "outbox.skip",
+        target: format!("{kind} {id}"),
+        rows: skipped.into_iter().collect(),
+        reason: Some(why),
         outcome,
-    );
-    done(
-        &app,
-        &headers,
-        e,
-        ok,
-        link("/aggregate", &[("type", kind), ("id", id)]),
-    )
-    .await
+        back: link("/aggregate", &[("type", kind), ("id", id)]),
+    };
+    done(&app, &headers, &session, change).await
 }
 
 #[derive(Template)]
@@ -1374,22 +1396,20 @@ pub(crate) async fn outbox_bulk_retry(
             retried.push(r.event_no.clone());
         }
     }
-    let outcome = format!(
-        "{} of {} failed events matching {} were put back to pending",
-        retried.len(),
-        records.len(),
-        summary(&params)
-    );
-    let ok = !retried.is_empty();
-    let e = entry(
-        &session,
-        "outbox.bulk_retry",
-        summary(&params),
-        retried,
-        Some(why),
-        outcome,
-    );
-    done(&app, &headers, e, ok, params.link("/search", None, &[])).await
+    let change = Change {
+        action: "outbox.bulk_retry",
+        target: summary(&params),
+        outcome: format!(
+            "{} of {} failed events matching {} were put back to pending",
+            retried.len(),
+            records.len(),
+            summary(&params)
+        ),
+        rows: retried,
+        reason: Some(why),
+        back: params.link("/search", None, &[]),
+    };
+    done(&app, &headers, &session, change).await
 }
 
 #[derive(Deserialize)]
@@ -1399,57 +1419,54 @@ pub(crate) struct EntryAction {
     reason: Option<String>,
 }
 
+fn entry_id(form: &EntryAction) -> Result<i64, Fail> {
+    form.id
+        .ok_or_else(|| Fail::BadInput("the form names no quarantine entry".into()))
+}
+
 pub(crate) async fn quarantine_requeue(
     State(app): Shared,
     headers: HeaderMap,
     Form(form): Form<EntryAction>,
 ) -> Result<Response, Fail> {
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let id = form
-        .id
-        .ok_or_else(|| Fail::BadInput("the form names no quarantine entry".into()))?;
+    let id = entry_id(&form)?;
     let Some(e) = app.consumers.entry(id).await? else {
         return Err(Fail::NotFound(format!("no quarantine entry has id {id}")));
     };
-    let back = link("/quarantine", &[("consumer", &e.consumer)]);
-    if e.status != QuarantineStatus::Quarantined {
-        let outcome = format!(
-            "entry {id} ({} of {}) is {}: only quarantined entries can be requeued; nothing was changed",
-            e.event_id, e.consumer, e.status
-        );
-        let a = entry(
-            &session,
-            "quarantine.requeue",
-            format!("entry {id}"),
-            Vec::new(),
-            given(&form.reason).map(str::to_owned),
-            outcome,
-        );
-        return done(&app, &headers, a, false, back).await;
-    }
-    let n = app.consumers.requeue(&e.consumer, &e.event_id).await?;
-    let outcome = if n > 0 {
+    let requeued = if e.status == QuarantineStatus::Quarantined {
+        app.consumers.requeue(&e.consumer, &e.event_id).await? > 0
+    } else {
+        false
+    };
+    let words = (
         format!(
             "entry {id} ({} of {}) was requeued: the running consumer replays it on its next loop",
             e.event_id, e.consumer
-        )
-    } else {
-        format!("entry {id} was not changed: it was replayed or cancelled meanwhile")
-    };
-    let rows = if n > 0 {
-        vec![id.to_string()]
-    } else {
-        Vec::new()
-    };
-    let a = entry(
-        &session,
-        "quarantine.requeue",
-        format!("entry {id} ({} of {})", e.event_id, e.consumer),
-        rows,
-        given(&form.reason).map(str::to_owned),
-        outcome,
+        ),
+        format!(
+            "entry {id} ({} of {}) is {}: only quarantined entries can be requeued; nothing was changed",
+            e.event_id,
+            e.consumer,
+            if e.status == QuarantineStatus::Quarantined {
+                "no longer quarantined"
+            } else {
+                e.status.name()
+            }
+        ),
     );
-    done(&app, &headers, a, n > 0, back).await
+    let back = link("/quarantine", &[("consumer", &e.consumer)]);
+    let reason = given(&form.reason).map(str::to_owned);
+    let mut change = Change::one(
+        "quarantine.requeue",
+        id.to_string(),
+        requeued,
+        reason,
+        words,
+        back,
+    );
+    change.target = format!("entry {id} ({} of {})", e.event_id, e.consumer);
+    done(&app, &headers, &session, change).await
 }
 
 pub(crate) async fn quarantine_cancel(
@@ -1458,105 +1475,24 @@ pub(crate) async fn quarantine_cancel(
     Form(form): Form<EntryAction>,
 ) -> Result<Response, Fail> {
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let id = form
-        .id
-        .ok_or_else(|| Fail::BadInput("the form names no quarantine entry".into()))?;
+    let id = entry_id(&form)?;
     let why = reason(&form.reason)?;
     let changed = app.consumers.cancel_entry(id, &why).await?;
-    let outcome = if changed {
-        format!("entry {id} was cancelled: it is never replayed")
-    } else {
+    let words = (
+        format!("entry {id} was cancelled: it is never replayed"),
         format!(
             "entry {id} was not changed: it does not exist or was already replayed or cancelled"
-        )
-    };
-    let rows = if changed {
-        vec![id.to_string()]
-    } else {
-        Vec::new()
-    };
-    let a = entry(
-        &session,
+        ),
+    );
+    let change = Change::one(
         "quarantine.cancel",
-        format!("entry {id}"),
-        rows,
-        Some(why),
-        outcome,
-    );
-    done(&app, &headers, a, changed, "/quarantine".into()).await
-}
-
-pub(crate) async fn message_retry(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let changed = app.store.retry_message(&no).await?;
-    let outcome = if changed {
-        format!("message {no} was put back to pending")
-    } else {
-        format!("message {no} was not changed: it does not exist or it is not failed")
-    };
-    let rows = if changed {
-        vec![no.clone()]
-    } else {
-        Vec::new()
-    };
-    let a = entry(
-        &session,
-        "message.retry",
-        no.clone(),
-        rows,
-        given(&form.reason).map(str::to_owned),
-        outcome,
-    );
-    done(
-        &app,
-        &headers,
-        a,
+        id.to_string(),
         changed,
-        link("/messages", &[("no", &no)]),
-    )
-    .await
-}
-
-pub(crate) async fn message_cancel(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let why = reason(&form.reason)?;
-    let changed = app.store.cancel_message(&no, &why).await?;
-    let outcome = if changed {
-        format!("message {no} was cancelled")
-    } else {
-        format!("message {no} was not changed: it does not exist or it is not pending or failed")
-    };
-    let rows = if changed {
-        vec![no.clone()]
-    } else {
-        Vec::new()
-    };
-    let a = entry(
-        &session,
-        "message.cancel",
-        no.clone(),
-        rows,
         Some(why),
-        outcome,
+        words,
+        "/quarantine".into(),
     );
-    done(
-        &app,
-        &headers,
-        a,
-        changed,
-        link("/messages", &[("no", &no)]),
-    )
-    .await
+    done(&app, &headers, &session, change).await
 }
 
 // ---------------------------------------------------------------------------------------------
