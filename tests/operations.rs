@@ -180,8 +180,9 @@ async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
 
     // The audit trail, newest first, with long text cut to its columns.
     let audit = AuditLog::new(db.pool().clone());
+    let mut ids = Vec::new();
     for (i, reason) in ["first", &"x".repeat(5000)].into_iter().enumerate() {
-        audit
+        let id = audit
             .record(&NewAuditEntry {
                 actor: "alice".into(),
                 action: "outbox.retry".into(),
@@ -193,15 +194,40 @@ async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
             })
             .await
             .unwrap();
+        ids.push(id);
     }
     let entries = audit.entries(i64::MAX, 10).await.unwrap();
     assert_eq!(entries.len(), 2);
+    assert_eq!(
+        vec![entries[1].id, entries[0].id],
+        ids,
+        "record returns each entry's id"
+    );
     assert_eq!(entries[0].target, "target-1");
     assert_eq!(entries[0].reason.as_deref().map(str::len), Some(1000));
     assert_eq!(entries[1].affected_rows.as_deref(), Some(placed_1.as_str()));
     let older = audit.entries(entries[0].id, 10).await.unwrap();
     assert_eq!(older.len(), 1);
     assert_eq!(older[0].target, "target-0");
+    // An entry written before its action is settled with what the action did.
+    let rows = vec!["a".to_owned(), "b".to_owned()];
+    assert!(
+        audit
+            .settle(ids[0], &rows, "two rows retried")
+            .await
+            .unwrap()
+    );
+    assert!(!audit.settle(ids[1] + 1000, &rows, "nothing").await.unwrap());
+    let settled = audit.entries(ids[0] + 1, 1).await.unwrap();
+    assert_eq!(settled[0].id, ids[0]);
+    assert_eq!(
+        (
+            settled[0].affected,
+            settled[0].affected_rows.as_deref(),
+            settled[0].outcome.as_str()
+        ),
+        (2, Some("a,b"), "two rows retried")
+    );
     db.cleanup().await;
 }
 

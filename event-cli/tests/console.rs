@@ -485,6 +485,10 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
             audit.contains(&placed_1) && audit.contains(&placed_2),
             "{audit}"
         );
+        assert!(
+            !audit.contains("no outcome was recorded"),
+            "every entry settled: {audit}"
+        );
         screenshot(&client, &format!("audit-{name}")).await;
 
         // A payload holding a script tag is shown as text, and no script runs.

@@ -51,14 +51,36 @@ impl<DB: Backend> AuditLog<DB> {
         clock::stored_now(&*self.clock)
     }
 
-    /// Appends `entry`. Text longer than its column is cut.
-    pub async fn record(&self, entry: &NewAuditEntry) -> Result<(), Error> {
+    /// Appends `entry` and returns its id. Text longer than its column is cut.
+    ///
+    /// To record an action so that the trail never misses one that happened, append the entry
+    /// before acting, with an outcome that says it started, then [`AuditLog::settle`] it with
+    /// what the action did: a process that dies in between leaves the entry saying so.
+    pub async fn record(&self, entry: &NewAuditEntry) -> Result<i64, Error> {
         let mut conn = self
             .pool
             .acquire()
             .await
             .map_err(|e| Error::database(&self.table, e))?;
         sql::record_audit::<DB>(&mut conn, &self.table, entry, self.now())
+            .await
+            .map_err(|e| Error::database(&self.table, e))
+    }
+
+    /// Sets what the action recorded as entry `id` did: the rows it changed and its outcome.
+    /// False when no entry has that id.
+    pub async fn settle(
+        &self,
+        id: i64,
+        affected_rows: &[String],
+        outcome: &str,
+    ) -> Result<bool, Error> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| Error::database(&self.table, e))?;
+        sql::settle_audit::<DB>(&mut conn, &self.table, id, affected_rows, outcome)
             .await
             .map_err(|e| Error::database(&self.table, e))
     }

@@ -1116,68 +1116,79 @@ struct DonePage {
     back: String,
 }
 
-/// One change an action made (or found it could not make), as the audit trail records it and
-/// the result page shows it.
+/// What an action did (or why the guards left everything as it was), for the audit trail and
+/// the result page.
 struct Change {
-    action: &'static str,
-    target: String,
     /// The rows changed: none when the guards refused.
     rows: Vec<String>,
-    reason: Option<String>,
     outcome: String,
     back: String,
 }
 
 impl Change {
     /// A change of the one row `row`: `did` when `changed`, else `why_not`.
-    fn one(
-        action: &'static str,
-        row: String,
-        changed: bool,
-        reason: Option<String>,
-        (did, why_not): (String, String),
-        back: String,
-    ) -> Change {
+    fn one(row: String, changed: bool, (did, why_not): (String, String), back: String) -> Change {
         Change {
-            action,
-            target: row.clone(),
             rows: if changed { vec![row] } else { Vec::new() },
-            reason,
             outcome: if changed { did } else { why_not },
             back,
         }
     }
 }
 
-/// Writes `change` to the audit trail, then shows its outcome: 200 when rows changed, 409 when
-/// the guards left everything as it was.
-async fn done(
+/// What an audit entry says until its action has settled it: a console that stops (or loses the
+/// database) between the action and [`done`] leaves this, so the trail never misses a change.
+const UNSETTLED: &str = "started; no outcome was recorded (the console stopped or lost the database mid-action): check the rows";
+
+/// Writes the audit entry of an action about to run, before it runs. Nothing is changed when
+/// this fails.
+async fn start(
     app: &App,
-    headers: &HeaderMap,
     session: &Session,
-    change: Change,
-) -> Result<Response, Fail> {
-    let ok = !change.rows.is_empty();
+    action: &str,
+    target: String,
+    reason: Option<&str>,
+) -> Result<i64, Fail> {
     let entry = NewAuditEntry {
         actor: session.user.clone(),
-        action: change.action.to_owned(),
-        target: change.target,
-        affected: i64::try_from(change.rows.len()).unwrap_or(i64::MAX),
-        affected_rows: change.rows,
-        reason: change.reason,
-        outcome: change.outcome,
+        action: action.to_owned(),
+        target,
+        affected: 0,
+        affected_rows: Vec::new(),
+        reason: reason.map(str::to_owned),
+        outcome: UNSETTLED.to_owned(),
     };
     app.store.audit(&entry).await.map_err(|e| {
         Fail::Database(format!(
-            "{}; but it could not be written to the audit trail: {}",
-            entry.outcome,
+            "nothing was changed: the audit trail cannot be written ({})",
             crate::output::chain(&anyhow::Error::new(e))
         ))
-    })?;
+    })
+}
+
+/// Settles audit entry `audit` with what the action did, then shows it: 200 when rows changed,
+/// 409 when the guards left everything as it was.
+async fn done(
+    app: &App,
+    headers: &HeaderMap,
+    audit: i64,
+    change: Change,
+) -> Result<Response, Fail> {
+    let ok = !change.rows.is_empty();
+    app.store
+        .settle_audit(audit, &change.rows, &change.outcome)
+        .await
+        .map_err(|e| {
+            Fail::Database(format!(
+                "{}; but its audit entry {audit} could not be completed and still says it started: {}",
+                change.outcome,
+                crate::output::chain(&anyhow::Error::new(e))
+            ))
+        })?;
     let page = DonePage {
         chrome: chrome(app, headers),
         ok,
-        message: entry.outcome,
+        message: change.outcome,
         back: change.back,
     };
     let status = if ok {
@@ -1208,6 +1219,8 @@ pub(crate) async fn outbox_retry(
 ) -> Result<Response, Fail> {
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let no = event_no(&form)?;
+    let reason = given(&form.reason);
+    let audit = start(&app, &session, "outbox.retry", no.clone(), reason).await?;
     let changed = app.store.retry(&no).await?;
     let words = (
         format!("{no} was put back to pending"),
@@ -1216,9 +1229,7 @@ pub(crate) async fn outbox_retry(
         ),
     );
     let back = link("/event", &[("no", &no)]);
-    let reason = given(&form.reason).map(str::to_owned);
-    let change = Change::one("outbox.retry", no, changed, reason, words, back);
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
 }
 
 pub(crate) async fn outbox_cancel(
@@ -1229,6 +1240,7 @@ pub(crate) async fn outbox_cancel(
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let no = event_no(&form)?;
     let why = reason(&form.reason)?;
+    let audit = start(&app, &session, "outbox.cancel", no.clone(), Some(&why)).await?;
     let changed = app.store.cancel(&no, &why).await?;
     let words = (
         format!("{no} was cancelled"),
@@ -1237,8 +1249,7 @@ pub(crate) async fn outbox_cancel(
         ),
     );
     let back = link("/event", &[("no", &no)]);
-    let change = Change::one("outbox.cancel", no, changed, Some(why), words, back);
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
 }
 
 pub(crate) async fn message_retry(
@@ -1248,15 +1259,15 @@ pub(crate) async fn message_retry(
 ) -> Result<Response, Fail> {
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let no = event_no(&form)?;
+    let reason = given(&form.reason);
+    let audit = start(&app, &session, "message.retry", no.clone(), reason).await?;
     let changed = app.store.retry_message(&no).await?;
     let words = (
         format!("message {no} was put back to pending"),
         format!("message {no} was not changed: it does not exist or it is not failed"),
     );
     let back = link("/messages", &[("no", &no)]);
-    let reason = given(&form.reason).map(str::to_owned);
-    let change = Change::one("message.retry", no, changed, reason, words, back);
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
 }
 
 pub(crate) async fn message_cancel(
@@ -1267,14 +1278,14 @@ pub(crate) async fn message_cancel(
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let no = event_no(&form)?;
     let why = reason(&form.reason)?;
+    let audit = start(&app, &session, "message.cancel", no.clone(), Some(&why)).await?;
     let changed = app.store.cancel_message(&no, &why).await?;
     let words = (
         format!("message {no} was cancelled"),
         format!("message {no} was not changed: it does not exist or it is not pending or failed"),
     );
     let back = link("/messages", &[("no", &no)]);
-    let change = Change::one("message.cancel", no, changed, Some(why), words, back);
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
 }
 
 #[derive(Deserialize)]
@@ -1297,20 +1308,25 @@ pub(crate) async fn outbox_skip(
         ));
     };
     let why = reason(&form.reason)?;
+    let audit = start(
+        &app,
+        &session,
+        "outbox.skip",
+        format!("{kind} {id}"),
+        Some(&why),
+    )
+    .await?;
     let skipped = app.store.skip(kind, id, &why).await?;
     let outcome = match &skipped {
         Some(no) => format!("skipped {no}; the rest of {kind} {id} can now be published"),
         None => format!("{kind} {id} has no pending or failed event to skip; nothing was changed"),
     };
     let change = Change {
-        action: "outbox.skip",
-        target: format!("{kind} {id}"),
         rows: skipped.into_iter().collect(),
-        reason: Some(why),
         outcome,
         back: link("/aggregate", &[("type", kind), ("id", id)]),
     };
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, change).await
 }
 
 #[derive(Template)]
@@ -1388,6 +1404,14 @@ pub(crate) async fn outbox_bulk_retry(
             "the confirmation names no row count: start from the search again".into(),
         ));
     }
+    let audit = start(
+        &app,
+        &session,
+        "outbox.bulk_retry",
+        summary(&params),
+        Some(&why),
+    )
+    .await?;
     // At most as many as were confirmed: rows that failed since are left for another look.
     let records = app.store.search(&search, expected).await?;
     let mut retried = Vec::new();
@@ -1397,8 +1421,6 @@ pub(crate) async fn outbox_bulk_retry(
         }
     }
     let change = Change {
-        action: "outbox.bulk_retry",
-        target: summary(&params),
         outcome: format!(
             "{} of {} failed events matching {} were put back to pending",
             retried.len(),
@@ -1406,10 +1428,9 @@ pub(crate) async fn outbox_bulk_retry(
             summary(&params)
         ),
         rows: retried,
-        reason: Some(why),
         back: params.link("/search", None, &[]),
     };
-    done(&app, &headers, &session, change).await
+    done(&app, &headers, audit, change).await
 }
 
 #[derive(Deserialize)]
@@ -1434,6 +1455,9 @@ pub(crate) async fn quarantine_requeue(
     let Some(e) = app.consumers.entry(id).await? else {
         return Err(Fail::NotFound(format!("no quarantine entry has id {id}")));
     };
+    let reason = given(&form.reason);
+    let target = format!("entry {id} ({} of {})", e.event_id, e.consumer);
+    let audit = start(&app, &session, "quarantine.requeue", target, reason).await?;
     let requeued = if e.status == QuarantineStatus::Quarantined {
         app.consumers.requeue(&e.consumer, &e.event_id).await? > 0
     } else {
@@ -1456,17 +1480,13 @@ pub(crate) async fn quarantine_requeue(
         ),
     );
     let back = link("/quarantine", &[("consumer", &e.consumer)]);
-    let reason = given(&form.reason).map(str::to_owned);
-    let mut change = Change::one(
-        "quarantine.requeue",
-        id.to_string(),
-        requeued,
-        reason,
-        words,
-        back,
-    );
-    change.target = format!("entry {id} ({} of {})", e.event_id, e.consumer);
-    done(&app, &headers, &session, change).await
+    done(
+        &app,
+        &headers,
+        audit,
+        Change::one(id.to_string(), requeued, words, back),
+    )
+    .await
 }
 
 pub(crate) async fn quarantine_cancel(
@@ -1477,6 +1497,14 @@ pub(crate) async fn quarantine_cancel(
     let session = authorize(&app, &headers, form.csrf.as_deref())?;
     let id = entry_id(&form)?;
     let why = reason(&form.reason)?;
+    let audit = start(
+        &app,
+        &session,
+        "quarantine.cancel",
+        format!("entry {id}"),
+        Some(&why),
+    )
+    .await?;
     let changed = app.consumers.cancel_entry(id, &why).await?;
     let words = (
         format!("entry {id} was cancelled: it is never replayed"),
@@ -1484,15 +1512,8 @@ pub(crate) async fn quarantine_cancel(
             "entry {id} was not changed: it does not exist or was already replayed or cancelled"
         ),
     );
-    let change = Change::one(
-        "quarantine.cancel",
-        id.to_string(),
-        changed,
-        Some(why),
-        words,
-        "/quarantine".into(),
-    );
-    done(&app, &headers, &session, change).await
+    let change = Change::one(id.to_string(), changed, words, "/quarantine".into());
+    done(&app, &headers, audit, change).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -69,7 +69,13 @@ pub(crate) trait Store: Send + Sync {
     fn messages_of<'a>(&'a self, kind: &'a str, id: &'a str) -> Answer<'a, Vec<MessageRecord>>;
     fn retry_message<'a>(&'a self, event_no: &'a str) -> Answer<'a, bool>;
     fn cancel_message<'a>(&'a self, event_no: &'a str, reason: &'a str) -> Answer<'a, bool>;
-    fn audit<'a>(&'a self, entry: &'a NewAuditEntry) -> Answer<'a, ()>;
+    fn audit<'a>(&'a self, entry: &'a NewAuditEntry) -> Answer<'a, i64>;
+    fn settle_audit<'a>(
+        &'a self,
+        id: i64,
+        rows: &'a [String],
+        outcome: &'a str,
+    ) -> Answer<'a, bool>;
     fn audit_entries(&self, before_id: i64, limit: u32) -> Answer<'_, Vec<AuditEntry>>;
 }
 
@@ -168,8 +174,16 @@ impl<DB: Backend> Store for Stores<DB> {
     fn cancel_message<'a>(&'a self, event_no: &'a str, reason: &'a str) -> Answer<'a, bool> {
         Box::pin(self.messages.cancel(event_no, reason))
     }
-    fn audit<'a>(&'a self, entry: &'a NewAuditEntry) -> Answer<'a, ()> {
+    fn audit<'a>(&'a self, entry: &'a NewAuditEntry) -> Answer<'a, i64> {
         Box::pin(self.audit.record(entry))
+    }
+    fn settle_audit<'a>(
+        &'a self,
+        id: i64,
+        rows: &'a [String],
+        outcome: &'a str,
+    ) -> Answer<'a, bool> {
+        Box::pin(self.audit.settle(id, rows, outcome))
     }
     fn audit_entries(&self, before_id: i64, limit: u32) -> Answer<'_, Vec<AuditEntry>> {
         Box::pin(self.audit.entries(before_id, limit))

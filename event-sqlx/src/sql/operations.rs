@@ -205,14 +205,13 @@ pub(crate) async fn consumptions<DB: Backend>(
 /// How many characters of the affected rows' list are kept.
 const AFFECTED_ROWS_CHARS: usize = 60_000;
 
-/// Appends one entry to the audit trail.
+/// Appends one entry to the audit trail; returns its id.
 pub(crate) async fn record_audit<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
     entry: &NewAuditEntry,
     now: DateTime<Utc>,
-) -> Result<(), sqlx::Error> {
-    let cut = |s: &str, n: usize| -> String { s.chars().take(n).collect() };
+) -> Result<i64, sqlx::Error> {
     let rows = cut(&entry.affected_rows.join(","), AFFECTED_ROWS_CHARS);
     let reason = entry.reason.as_deref().map(|r| cut(r, 1000));
     let (actor, action, target, outcome) = (
@@ -241,7 +240,46 @@ pub(crate) async fn record_audit<DB: Backend>(
         .push(", ")
         .bind(outcome.as_str())
         .push(")");
-    q.execute(conn).await.map(|_| ())
+    let id = if DB::DIALECT.has_returning() {
+        q.push(" RETURNING id");
+        q.fetch(conn).await?
+    } else {
+        q.execute(conn).await?;
+        Sql::<DB>::new("SELECT LAST_INSERT_ID() AS id")
+            .fetch(conn)
+            .await?
+    };
+    match id.first() {
+        Some(row) => Columns::<DB>(row).id("id"),
+        None => Err(sqlx::Error::RowNotFound),
+    }
+}
+
+/// Records what an action started with [`record_audit`] did: the rows it changed and its
+/// outcome. Returns whether the entry exists.
+pub(crate) async fn settle_audit<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    affected_rows: &[String],
+    outcome: &str,
+) -> Result<bool, sqlx::Error> {
+    let rows = cut(&affected_rows.join(","), AFFECTED_ROWS_CHARS);
+    let outcome = cut(outcome, 1000);
+    let mut q = Sql::<DB>::new(format!("UPDATE {table} SET affected = "));
+    q.bind(i64::try_from(affected_rows.len()).unwrap_or(i64::MAX))
+        .push(", affected_rows = ")
+        .bind(rows.as_str())
+        .push(", outcome = ")
+        .bind(outcome.as_str())
+        .push(" WHERE id = ")
+        .bind(id);
+    Ok(q.execute(conn).await? == 1)
+}
+
+/// `text` cut to `chars` characters.
+fn cut(text: &str, chars: usize) -> String {
+    text.chars().take(chars).collect()
 }
 
 /// Audit entries, newest first, with ids below `before_id` (`i64::MAX` for the first page).
