@@ -895,6 +895,25 @@ async fn mysql_pages_answer_and_bad_input_is_named() {
     };
     assert_eq!(status_of("MSG-1").await, EventStatus::Pending);
     assert_eq!(status_of("MSG-2").await, EventStatus::Cancelled);
+
+    // A consumer whose inbox is in another database (SQLite here): with
+    // --consumer-database-url, the event page lists it.
+    let consumer_db = TestDb::sqlite().await.unwrap();
+    event_sqlx::Inbox::new(consumer_db.pool().clone(), "shipping")
+        .handle(&envelope, async |_tx| Ok::<_, std::convert::Infallible>(()))
+        .await
+        .unwrap();
+    let event_page = format!("/event?no={}", enc(&placed));
+    let (_, _, page) = http(&base, "GET", &event_page, None, None).await;
+    assert!(
+        !page.contains("shipping"),
+        "the outbox's own inbox has no shipping"
+    );
+    let (_elsewhere, other) = console(&db.url, &["--consumer-database-url", &consumer_db.url]);
+    let (code, _, page) = http(&other, "GET", &event_page, None, None).await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("<td>shipping</td>"), "{page}");
+    consumer_db.cleanup().await;
     let (_, _, audit) = http(&base, "GET", "/audit", None, None).await;
     for expected in ["message.retry", "message.cancel", "sent by hand", "carol"] {
         assert!(audit.contains(expected), "no `{expected}` in {audit}");
