@@ -27,6 +27,9 @@ struct Figures {
     latency_p99_ms: f64,
 }
 
+/// The size of each raw message, about an envelope's.
+const RAW_BYTES: usize = 300;
+
 pub(crate) async fn run(events: usize) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for broker in ["nats", "rabbitmq"] {
@@ -97,7 +100,6 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
     };
     let consumer = Consumer::new(pool.clone(), "invoice-service", "bench").on(handler);
 
-    let payload = vec![b'x'; 300];
     let (raw_rate, consumed, elapsed) = match broker {
         "nats" => {
             let publisher = NatsPublisher::connect(&nats_url()).await?;
@@ -106,20 +108,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
                 .ensure_stream(&stream, vec![format!("{topic}.>")])
                 .await?;
             // Raw: the broker's own pipelined publish with acks, same message size.
-            let started = Instant::now();
-            let mut acks = Vec::with_capacity(events);
-            for i in 0..events {
-                acks.push(
-                    publisher
-                        .jetstream()
-                        .publish(format!("{topic}.raw.{i}"), payload.clone().into())
-                        .await?,
-                );
-            }
-            for ack in acks {
-                ack.await?;
-            }
-            let raw_rate = events as f64 / started.elapsed().as_secs_f64();
+            let raw_rate = crate::throughput::raw_publish(broker, events, RAW_BYTES).await?;
             let subscription = JetStreamSubscription::durable(
                 &publisher,
                 &stream,
@@ -150,29 +139,8 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
             )
             .await?;
             // The raw messages are stored in a queue too, so both sides pay for persistence.
-            let raw_queue = format!("{topic}-raw");
-            drop(RabbitMqSubscription::bind(&publisher, &topic, &raw_queue, "raw.*").await?);
             let cleanup = RabbitMqPublisher::connect(&amqp_url()).await?;
-            let started = Instant::now();
-            let mut confirms = Vec::with_capacity(events);
-            for _ in 0..events {
-                confirms.push(
-                    publisher
-                        .channel()
-                        .basic_publish(
-                            lapin::types::ShortString::from(topic.as_str()),
-                            lapin::types::ShortString::from("raw.x"),
-                            lapin::options::BasicPublishOptions::default(),
-                            &payload,
-                            lapin::BasicProperties::default().with_delivery_mode(2),
-                        )
-                        .await?,
-                );
-            }
-            for confirm in confirms {
-                confirm.await?;
-            }
-            let raw_rate = events as f64 / started.elapsed().as_secs_f64();
+            let raw_rate = crate::throughput::raw_publish(broker, events, RAW_BYTES).await?;
             let (consumed, elapsed) = pipeline(&outbox, publisher, events, async || {
                 subscription
                     .drain(&consumer, Duration::from_millis(200))
@@ -180,15 +148,13 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
                     .map(|r| r.applied)
             })
             .await?;
-            for queue in [raw_queue, format!("{topic}-invoices")] {
-                cleanup
-                    .channel()
-                    .queue_delete(
-                        lapin::types::ShortString::from(queue.as_str()),
-                        lapin::options::QueueDeleteOptions::default(),
-                    )
-                    .await?;
-            }
+            cleanup
+                .channel()
+                .queue_delete(
+                    lapin::types::ShortString::from(format!("{topic}-invoices").as_str()),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await?;
             (raw_rate, consumed, elapsed)
         }
     };

@@ -60,7 +60,7 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
         if brokers != "all" && !brokers.split(',').any(|b| b == broker) {
             continue;
         }
-        let raw = raw_publish(broker, 20_000)
+        let raw = raw_publish(broker, 20_000, 400)
             .await
             .with_context(|| format!("{broker} raw"))?;
         let runs: &[(usize, bool)] = if broker == "nats" {
@@ -463,10 +463,14 @@ fn latency_figures(
     })
 }
 
-/// The broker's own publish rate, acks awaited and pipelined, with messages of the size of an
-/// envelope.
-async fn raw_publish(broker: &str, messages: usize) -> anyhow::Result<f64> {
-    let payload = vec![b'x'; 400];
+/// The broker's own publish rate, acks awaited and pipelined, for `messages` messages of
+/// `bytes` bytes (an envelope's size) on a topic of their own.
+pub(crate) async fn raw_publish(
+    broker: &str,
+    messages: usize,
+    bytes: usize,
+) -> anyhow::Result<f64> {
+    let payload = vec![b'x'; bytes];
     let topic = unique("raw").replace('_', "-");
     let started;
     match broker {

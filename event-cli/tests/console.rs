@@ -222,29 +222,11 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// `pairs` as an `application/x-www-form-urlencoded` body.
 fn form(pairs: &[(&str, &str)]) -> String {
-    let mut s = form_urlencoded_pairs(pairs);
-    s.shrink_to_fit();
-    s
-}
-
-fn form_urlencoded_pairs(pairs: &[(&str, &str)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let enc: String = v
-                .bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect();
-            format!("{k}={enc}")
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
 }
 
 async fn event_no<DB: Backend>(db: &TestDb<DB>, order: &str, seq: usize) -> String {
@@ -695,8 +677,9 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
     db.cleanup().await;
 }
 
+/// `value` encoded for a query string.
 fn enc(value: &str) -> String {
-    form_urlencoded_pairs(&[("x", value)])[2..].to_owned()
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

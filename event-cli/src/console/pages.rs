@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, TimeDelta, Utc};
 use event_sqlx::{
-    EventStatus, FailureClass, GroupCount, MessageRecord, NewAuditEntry, QuarantineRecord,
-    QuarantineStatus, StatusCounts,
+    EventStatus, FailureClass, GroupCount, MessageRecord, NewAuditEntry, QuarantineCount,
+    QuarantineRecord, QuarantineStatus, StatusCounts,
 };
 use serde::Deserialize;
 
@@ -65,8 +65,22 @@ fn chrome(app: &App, headers: &HeaderMap) -> Chrome {
         user: session.as_ref().map(|s| s.user.clone()),
         csrf: session.map(|s| s.csrf).unwrap_or_default(),
         read_only: app.read_only,
-        now: Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
         database: app.database.clone(),
+        ..Chrome::anonymous()
+    }
+}
+
+impl Chrome {
+    /// No one logged in, no database named: what an error page shows.
+    fn anonymous() -> Chrome {
+        Chrome {
+            user: None,
+            csrf: String::new(),
+            can_act: false,
+            read_only: false,
+            now: Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            database: String::new(),
+        }
     }
 }
 
@@ -105,14 +119,7 @@ impl IntoResponse for Fail {
             Fail::Database(m) => (StatusCode::SERVICE_UNAVAILABLE, "Database error", m),
         };
         let page = ErrorPage {
-            chrome: Chrome {
-                user: None,
-                csrf: String::new(),
-                can_act: false,
-                read_only: false,
-                now: Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                database: String::new(),
-            },
+            chrome: Chrome::anonymous(),
             title,
             message,
         };
@@ -151,6 +158,20 @@ pub(crate) struct QuarantineCountView {
     status: &'static str,
     entries: i64,
     link: String,
+}
+
+impl QuarantineCountView {
+    fn new(c: QuarantineCount) -> QuarantineCountView {
+        QuarantineCountView {
+            link: link(
+                "/quarantine",
+                &[("consumer", &c.consumer), ("status", c.status.name())],
+            ),
+            consumer: c.consumer,
+            status: c.status.name(),
+            entries: c.entries,
+        }
+    }
 }
 
 #[derive(Template)]
@@ -193,18 +214,7 @@ pub(crate) async fn overview(State(app): Shared, headers: HeaderMap) -> Result<R
                 .filter(|c| c.status == QuarantineStatus::Quarantined)
                 .map(|c| c.entries)
                 .sum();
-            let views = counts
-                .into_iter()
-                .map(|c| QuarantineCountView {
-                    link: link(
-                        "/quarantine",
-                        &[("consumer", &c.consumer), ("status", c.status.name())],
-                    ),
-                    consumer: c.consumer,
-                    status: c.status.name(),
-                    entries: c.entries,
-                })
-                .collect();
+            let views = counts.into_iter().map(QuarantineCountView::new).collect();
             (views, quarantined, None)
         }
         Err(e) => (
@@ -327,6 +337,11 @@ impl SearchParams {
             ("from", v(&self.from)),
             ("to", v(&self.to)),
         ]
+    }
+
+    /// The query string alone (`k=v&...`), without the page cursor.
+    fn query_string(&self) -> String {
+        self.link("", None, &[]).trim_start_matches('?').to_owned()
     }
 
     fn link(&self, path: &str, status: Option<&str>, extra: &[(&str, &str)]) -> String {
@@ -767,18 +782,7 @@ pub(crate) async fn quarantine(
     }
     let page = QuarantinePage {
         chrome: chrome(&app, &headers),
-        counts: counts
-            .into_iter()
-            .map(|c| QuarantineCountView {
-                link: link(
-                    "/quarantine",
-                    &[("consumer", &c.consumer), ("status", c.status.name())],
-                ),
-                consumer: c.consumer,
-                status: c.status.name(),
-                entries: c.entries,
-            })
-            .collect(),
+        counts: counts.into_iter().map(QuarantineCountView::new).collect(),
         entries: entries
             .into_iter()
             .map(|e| EntryView::new(e, now))
@@ -1212,24 +1216,93 @@ fn event_no(form: &EventAction) -> Result<String, Fail> {
         .ok_or_else(|| Fail::BadInput("the form names no event number".into()))
 }
 
+/// The actions on one event of the outbox or the message table.
+#[derive(Debug, Clone, Copy)]
+enum EventVerb {
+    OutboxRetry,
+    OutboxCancel,
+    MessageRetry,
+    MessageCancel,
+}
+
+impl EventVerb {
+    fn action(self) -> &'static str {
+        match self {
+            EventVerb::OutboxRetry => "outbox.retry",
+            EventVerb::OutboxCancel => "outbox.cancel",
+            EventVerb::MessageRetry => "message.retry",
+            EventVerb::MessageCancel => "message.cancel",
+        }
+    }
+
+    fn cancels(self) -> bool {
+        matches!(self, EventVerb::OutboxCancel | EventVerb::MessageCancel)
+    }
+}
+
+/// Runs `verb` on the event the form names: a cancel needs a reason, a retry takes one.
+async fn act_on_event(
+    app: &App,
+    headers: &HeaderMap,
+    form: EventAction,
+    verb: EventVerb,
+) -> Result<Response, Fail> {
+    let session = authorize(app, headers, form.csrf.as_deref())?;
+    let no = event_no(&form)?;
+    let why = if verb.cancels() {
+        Some(reason(&form.reason)?)
+    } else {
+        given(&form.reason).map(str::to_owned)
+    };
+    let audit = start(app, &session, verb.action(), no.clone(), why.as_deref()).await?;
+    let why = why.unwrap_or_default();
+    let (changed, did, why_not, back) = match verb {
+        EventVerb::OutboxRetry => (
+            app.store.retry(&no).await?,
+            format!("{no} was put back to pending"),
+            format!(
+                "{no} was not changed: it does not exist or it is not failed (only failed events can be retried)"
+            ),
+            link("/event", &[("no", &no)]),
+        ),
+        EventVerb::OutboxCancel => (
+            app.store.cancel(&no, &why).await?,
+            format!("{no} was cancelled"),
+            format!(
+                "{no} was not changed: it does not exist or it is not pending or failed (published, in-progress and cancelled events stay as they are)"
+            ),
+            link("/event", &[("no", &no)]),
+        ),
+        EventVerb::MessageRetry => (
+            app.store.retry_message(&no).await?,
+            format!("message {no} was put back to pending"),
+            format!("message {no} was not changed: it does not exist or it is not failed"),
+            link("/messages", &[("no", &no)]),
+        ),
+        EventVerb::MessageCancel => (
+            app.store.cancel_message(&no, &why).await?,
+            format!("message {no} was cancelled"),
+            format!(
+                "message {no} was not changed: it does not exist or it is not pending or failed"
+            ),
+            link("/messages", &[("no", &no)]),
+        ),
+    };
+    done(
+        app,
+        headers,
+        audit,
+        Change::one(no, changed, (did, why_not), back),
+    )
+    .await
+}
+
 pub(crate) async fn outbox_retry(
     State(app): Shared,
     headers: HeaderMap,
     Form(form): Form<EventAction>,
 ) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let reason = given(&form.reason);
-    let audit = start(&app, &session, "outbox.retry", no.clone(), reason).await?;
-    let changed = app.store.retry(&no).await?;
-    let words = (
-        format!("{no} was put back to pending"),
-        format!(
-            "{no} was not changed: it does not exist or it is not failed (only failed events can be retried)"
-        ),
-    );
-    let back = link("/event", &[("no", &no)]);
-    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
+    act_on_event(&app, &headers, form, EventVerb::OutboxRetry).await
 }
 
 pub(crate) async fn outbox_cancel(
@@ -1237,19 +1310,7 @@ pub(crate) async fn outbox_cancel(
     headers: HeaderMap,
     Form(form): Form<EventAction>,
 ) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let why = reason(&form.reason)?;
-    let audit = start(&app, &session, "outbox.cancel", no.clone(), Some(&why)).await?;
-    let changed = app.store.cancel(&no, &why).await?;
-    let words = (
-        format!("{no} was cancelled"),
-        format!(
-            "{no} was not changed: it does not exist or it is not pending or failed (published, in-progress and cancelled events stay as they are)"
-        ),
-    );
-    let back = link("/event", &[("no", &no)]);
-    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
+    act_on_event(&app, &headers, form, EventVerb::OutboxCancel).await
 }
 
 pub(crate) async fn message_retry(
@@ -1257,17 +1318,7 @@ pub(crate) async fn message_retry(
     headers: HeaderMap,
     Form(form): Form<EventAction>,
 ) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let reason = given(&form.reason);
-    let audit = start(&app, &session, "message.retry", no.clone(), reason).await?;
-    let changed = app.store.retry_message(&no).await?;
-    let words = (
-        format!("message {no} was put back to pending"),
-        format!("message {no} was not changed: it does not exist or it is not failed"),
-    );
-    let back = link("/messages", &[("no", &no)]);
-    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
+    act_on_event(&app, &headers, form, EventVerb::MessageRetry).await
 }
 
 pub(crate) async fn message_cancel(
@@ -1275,17 +1326,7 @@ pub(crate) async fn message_cancel(
     headers: HeaderMap,
     Form(form): Form<EventAction>,
 ) -> Result<Response, Fail> {
-    let session = authorize(&app, &headers, form.csrf.as_deref())?;
-    let no = event_no(&form)?;
-    let why = reason(&form.reason)?;
-    let audit = start(&app, &session, "message.cancel", no.clone(), Some(&why)).await?;
-    let changed = app.store.cancel_message(&no, &why).await?;
-    let words = (
-        format!("message {no} was cancelled"),
-        format!("message {no} was not changed: it does not exist or it is not pending or failed"),
-    );
-    let back = link("/messages", &[("no", &no)]);
-    done(&app, &headers, audit, Change::one(no, changed, words, back)).await
+    act_on_event(&app, &headers, form, EventVerb::MessageCancel).await
 }
 
 #[derive(Deserialize)]
@@ -1360,16 +1401,13 @@ pub(crate) async fn bulk_retry_confirm(
     params.before = None;
     let search = params.search()?;
     let count = app.store.search(&search, BULK_MAX).await?.len();
-    let filter = params.query(None);
-    let filter: Vec<(&str, &str)> = filter.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let filter = link("", &filter).trim_start_matches('?').to_owned();
     let page = ConfirmPage {
         chrome: chrome(&app, &headers),
         count,
         capped: count >= BULK_MAX as usize,
         summary: summary(&params),
-        back: link("/search", &[]) + "?" + &filter,
-        filter,
+        back: params.link("/search", None, &[]),
+        filter: params.query_string(),
     };
     Ok(render(&page))
 }

@@ -2,6 +2,8 @@
 //! per-minute series, who consumed an event, and `operation_audit`. Each read is answered from an
 //! index (the seed profile's; see [`OutboxSearch`]).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::dialect::{Backend, Columns, Dialect, Sql};
@@ -134,7 +136,8 @@ pub(crate) async fn per_minute<DB: Backend>(
     since: DateTime<Utc>,
 ) -> Result<Vec<MinuteCount>, sqlx::Error> {
     let minute = epoch_minute(DB::DIALECT, "update_time");
-    let mut series: Vec<MinuteCount> = Vec::new();
+    // Minute -> (published, failed), in order.
+    let mut series: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     for code in [SUCCEEDED, FAILED] {
         let mut q = Sql::<DB>::new(format!(
             "SELECT {minute} AS m, COUNT(*) AS n FROM {table} \
@@ -143,31 +146,24 @@ pub(crate) async fn per_minute<DB: Backend>(
         q.bind(since).push(format!(" GROUP BY {minute}"));
         for row in q.fetch(conn).await? {
             let c = Columns::<DB>(&row);
-            let (m, n) = (c.i64("m")?, c.i64("n")?);
-            let Some(start) = DateTime::<Utc>::from_timestamp(m.saturating_mul(60), 0) else {
-                continue;
-            };
-            let slot = match series.iter_mut().find(|s| s.minute == start) {
-                Some(slot) => slot,
-                None => {
-                    series.push(MinuteCount {
-                        minute: start,
-                        published: 0,
-                        failed: 0,
-                    });
-                    let last = series.len() - 1;
-                    &mut series[last]
-                }
-            };
+            let slot = series.entry(c.i64("m")?).or_default();
             if code == SUCCEEDED {
-                slot.published += n;
+                slot.0 += c.i64("n")?;
             } else {
-                slot.failed += n;
+                slot.1 += c.i64("n")?;
             }
         }
     }
-    series.sort_by_key(|s| s.minute);
-    Ok(series)
+    Ok(series
+        .into_iter()
+        .filter_map(|(m, (published, failed))| {
+            Some(MinuteCount {
+                minute: DateTime::<Utc>::from_timestamp(m.saturating_mul(60), 0)?,
+                published,
+                failed,
+            })
+        })
+        .collect())
 }
 
 /// Every consumer's record of `event_id` in the inbox table. The key is `(consumer, event_id)`:
