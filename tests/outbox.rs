@@ -1476,3 +1476,136 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
     assert!(err.to_string().contains("notify_postgres"), "{err}");
     db.cleanup().await;
 }
+
+/// On PostgreSQL the events travel with the COMMIT, written as literals: values made to break
+/// out of a literal are stored exactly; the connection goes back to its pool out of any
+/// transaction; a savepoint is released, not committed; a value no literal can hold fails the
+/// commit and commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_with_the_events_in_one_trip() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    // One connection: whatever the commit leaves on it, the next transaction meets.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let hostile_id = r"o'); DELETE FROM biz_outbox_event; --\";
+    let hostile_text = "it's \\'; COMMIT; \\\\ \u{1F600} $$ E'\n\t' \u{7f}";
+    let mut order = Order::place(hostile_id, 7).unwrap();
+    order
+        .record(NoteAdded {
+            text: hostile_text.into(),
+        })
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    <sqlx::Postgres as Orders>::save_order(&mut tx, hostile_id, "PLACED", 1)
+        .await
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let commit = outbox.commit(tx, uow).await.unwrap();
+    assert_eq!(commit.report().recorded.len(), 2, "{commit:?}");
+    let stored = outbox.by_aggregate("ORDER", hostile_id).await.unwrap();
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[1].envelope().unwrap().payload["text"], hostile_text);
+    assert_eq!(stored[1].aggregate_id, hostile_id);
+    assert_eq!(stored[1].create_time, stored[1].update_time);
+    assert!(
+        (chrono::Utc::now() - stored[1].create_time)
+            .num_seconds()
+            .abs()
+            < 60
+    );
+    assert_eq!(
+        <sqlx::Postgres as Orders>::order_status(&pool, hostile_id)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("PLACED")
+    );
+
+    // The same connection, next: a transaction of its own, which a rollback undoes.
+    let mut tx = pool.begin().await.unwrap();
+    <sqlx::Postgres as Orders>::save_order(&mut tx, "o-after", "PLACED", 1)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        <sqlx::Postgres as Orders>::order_status(&pool, "o-after")
+            .await
+            .unwrap(),
+        None
+    );
+
+    // In a savepoint: released with the events; the outer transaction still decides.
+    let mut outer = pool.begin().await.unwrap();
+    let mut inner = sqlx::Acquire::begin(&mut *outer).await.unwrap();
+    <sqlx::Postgres as Orders>::save_order(&mut inner, "o-nested", "PLACED", 1)
+        .await
+        .unwrap();
+    let mut nested = Order::place("o-nested", 1).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut nested).unwrap();
+    let commit = outbox.commit(inner, uow).await.unwrap();
+    assert_eq!(commit.report().recorded.len(), 1);
+    outer.rollback().await.unwrap();
+    assert!(
+        outbox
+            .by_aggregate("ORDER", "o-nested")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        <sqlx::Postgres as Orders>::order_status(&pool, "o-nested")
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Bound instead, on request: the same values, stored the same.
+    let bound = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new().bind_event_values());
+    let bound_id = format!("{hostile_id}-bound");
+    let mut order = Order::place(&bound_id, 7).unwrap();
+    order
+        .record(NoteAdded {
+            text: hostile_text.into(),
+        })
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    bound
+        .commit(pool.begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let stored_bound = outbox.by_aggregate("ORDER", &bound_id).await.unwrap();
+    assert_eq!(stored_bound[1].event_payload, stored[1].event_payload);
+    assert_eq!(stored_bound[1].event_headers, stored[1].event_headers);
+
+    // A NUL, which no PostgreSQL text holds: an error, and nothing committed.
+    for (id, text) in [("o-nul\0", "fine"), ("o-nul-text", "a\0b")] {
+        let mut order = Order::place(id, 1).unwrap();
+        order.record(NoteAdded { text: text.into() }).unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        <sqlx::Postgres as Orders>::save_order(&mut tx, "o-nul-state", "PLACED", 1)
+            .await
+            .unwrap();
+        let mut uow = UnitOfWork::new(context());
+        uow.collect(&mut order).unwrap();
+        let err = outbox.commit(tx, uow).await.unwrap_err();
+        assert!(matches!(err, Error::Database { .. }), "{err}");
+        assert_eq!(
+            <sqlx::Postgres as Orders>::order_status(&pool, "o-nul-state")
+                .await
+                .unwrap(),
+            None,
+            "{id:?}"
+        );
+    }
+    pool.close().await;
+    db.cleanup().await;
+}

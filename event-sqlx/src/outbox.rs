@@ -18,7 +18,7 @@ use crate::row::outbox::{
     FlushReport, GroupCount, Lease, MinuteCount, NewOutboxRow, OutboxHealth, OutboxRecord,
     OutboxSearch, StatusCounts,
 };
-use crate::sql::dialect::Backend;
+use crate::sql::dialect::{Backend, Dialect};
 use crate::sql::outbox::{self as sql, Select};
 
 /// The transactional outbox on one database.
@@ -182,17 +182,7 @@ impl<DB: Backend> Outbox<DB> {
         conn: &mut DB::Connection,
         envelopes: &[EventEnvelope],
     ) -> Result<FlushReport, Error> {
-        let mut seen = HashSet::with_capacity(envelopes.len());
-        let mut rows = Vec::with_capacity(envelopes.len());
-        let mut report = FlushReport::default();
-        for envelope in envelopes {
-            let row = self.row_for(envelope)?;
-            if seen.insert(envelope.event_id.as_str()) {
-                rows.push(row);
-            } else {
-                report.already_recorded.push(envelope.event_id.clone());
-            }
-        }
+        let (rows, mut report) = self.rows_for(envelopes)?;
         if rows.is_empty() {
             return Ok(report);
         }
@@ -219,6 +209,26 @@ impl<DB: Backend> Outbox<DB> {
         Ok(report)
     }
 
+    /// The rows of `envelopes`, each validated, the second of two with one event number left
+    /// out and reported as already recorded.
+    fn rows_for(
+        &self,
+        envelopes: &[EventEnvelope],
+    ) -> Result<(Vec<NewOutboxRow>, FlushReport), Error> {
+        let mut seen = HashSet::with_capacity(envelopes.len());
+        let mut rows = Vec::with_capacity(envelopes.len());
+        let mut report = FlushReport::default();
+        for envelope in envelopes {
+            let row = self.row_for(envelope)?;
+            if seen.insert(envelope.event_id.as_str()) {
+                rows.push(row);
+            } else {
+                report.already_recorded.push(envelope.event_id.clone());
+            }
+        }
+        Ok((rows, report))
+    }
+
     /// Flushes the unit of work's events into `tx` and commits `tx` with them, or rolls it back
     /// when the command had already been applied; wakes this process's relays.
     ///
@@ -235,12 +245,33 @@ impl<DB: Backend> Outbox<DB> {
     /// After either error, reload the aggregate and run the command again.
     /// [`OutboxConfig::commit_state_on_duplicates`] keeps the state of a command whose events
     /// were all or partly recorded before.
+    ///
+    /// On PostgreSQL the events travel with the `COMMIT`: one round trip writes them and
+    /// commits, where [`Outbox::flush`] then `tx.commit()` take two. Their values are literals
+    /// in that message, so sqlx's statement log shows them; [`OutboxConfig::bind_event_values`]
+    /// binds them instead. (Not in a savepoint, nor with
+    /// [`OutboxConfig::commit_state_on_duplicates`], which need the flush's duplicate detection
+    /// inside the transaction.)
     pub async fn commit(
         &self,
         mut tx: Transaction<'_, DB>,
         uow: UnitOfWork,
     ) -> Result<Commit, Error> {
         let envelopes = uow.commit();
+        if DB::DIALECT == Dialect::Postgres
+            && !self.config.commit_state_on_duplicates
+            && !self.config.bind_event_values
+            && DB::transaction_depth(&tx) == 1
+        {
+            let (rows, report) = self.rows_for(&envelopes)?;
+            if let Some(script) = sql::insert_and_commit_script(
+                &self.config.table,
+                &rows,
+                self.config.notify_channel.as_deref(),
+            ) {
+                return self.commit_in_one_trip(tx, script, rows, report).await;
+            }
+        }
         let report = self.flush(&mut tx, &envelopes).await?;
         // Duplicates within this unit of work are not news of an earlier command.
         let stored_before: Vec<&EventNo> = report
@@ -251,24 +282,105 @@ impl<DB: Backend> Outbox<DB> {
         if !stored_before.is_empty() && !self.config.commit_state_on_duplicates {
             let first = stored_before[0].clone();
             tx.rollback().await.map_err(|e| self.db_error(e))?;
-            if report.recorded.is_empty() {
-                return Ok(Commit::AlreadyApplied(report));
-            }
-            let envelope = envelopes.iter().find(|e| e.event_id == first);
-            return Err(Error::PartlyRecorded {
-                aggregate_type: envelope
-                    .map(|e| e.aggregate_type.clone())
-                    .unwrap_or_default(),
-                aggregate_id: envelope.map(|e| e.aggregate_id.clone()).unwrap_or_default(),
-                event_no: first.to_string(),
-                new: report.recorded.len(),
-            });
+            let aggregate = envelopes
+                .iter()
+                .find(|e| e.event_id == first)
+                .map(|e| (e.aggregate_type.clone(), e.aggregate_id.clone()));
+            return Self::stored_before(report, &first, aggregate);
         }
         tx.commit().await.map_err(|e| self.db_error(e))?;
         if !report.recorded.is_empty() {
             self.notify_relays();
         }
         Ok(Commit::Committed(report))
+    }
+
+    /// What a rolled-back commit answers when some of its events were recorded before: `first`
+    /// of them, of `aggregate` (type, id).
+    fn stored_before(
+        report: FlushReport,
+        first: &EventNo,
+        aggregate: Option<(String, String)>,
+    ) -> Result<Commit, Error> {
+        if report.recorded.is_empty() {
+            return Ok(Commit::AlreadyApplied(report));
+        }
+        let (aggregate_type, aggregate_id) = aggregate.unwrap_or_default();
+        Err(Error::PartlyRecorded {
+            aggregate_type,
+            aggregate_id,
+            event_no: first.to_string(),
+            new: report.recorded.len(),
+        })
+    }
+
+    /// [`Outbox::commit`] on PostgreSQL: `script` inserts `rows`, commits, and opens an empty
+    /// transaction in place of the committed one, which sqlx rolls back when the connection is
+    /// next used (or returned to its pool). A duplicate fails the INSERT, which ends the script
+    /// before its COMMIT: the transaction is rolled back, and which events were stored before
+    /// is read afterwards.
+    async fn commit_in_one_trip(
+        &self,
+        mut tx: Transaction<'_, DB>,
+        script: String,
+        rows: Vec<NewOutboxRow>,
+        mut report: FlushReport,
+    ) -> Result<Commit, Error> {
+        let source = match DB::execute_script(&mut tx, script).await {
+            Ok(()) => {
+                drop(tx);
+                report.recorded = rows
+                    .iter()
+                    .map(|row| EventNo::from_rendered(&row.event_no))
+                    .collect();
+                self.notify_relays();
+                return Ok(Commit::Committed(report));
+            }
+            Err(source) => source,
+        };
+        // The INSERT failed, and the transaction is aborted; or the COMMIT failed (a deferred
+        // constraint of the caller's, a serialization failure), and it has ended already, so
+        // that this ROLLBACK only draws a warning from the server.
+        if let Err(e) = tx.rollback().await {
+            tracing::debug!(error = %e, "rolling back after a failed one-trip commit");
+        }
+        if DB::DIALECT.violated_key(&source).is_none() {
+            return Err(self.db_error(source));
+        }
+        // A unique key refused a row: its event number (a command applied before), or its
+        // aggregate sequence (a stale command), or both. Which of the events are stored now
+        // decides, as the flush's duplicate detection would have.
+        let numbers: Vec<&str> = rows.iter().map(|row| row.event_no.as_str()).collect();
+        let stored: HashSet<String> =
+            sql::stored_event_nos::<DB>(&self.pool, &self.config.table, &numbers)
+                .await
+                .map_err(|e| self.db_error(e))?
+                .into_iter()
+                .collect();
+        let mut conn = self.conn().await?;
+        let conflict = sql::sequence_conflict::<DB>(&mut conn, &self.config.table, &rows, &source)
+            .await
+            .filter(|&i| !stored.contains(&rows[i.min(rows.len() - 1)].event_no));
+        if stored.is_empty() || conflict.is_some() {
+            return Err(self.write_error(&mut conn, source, &rows).await);
+        }
+        drop(conn);
+        let mut first: Option<&NewOutboxRow> = None;
+        for row in &rows {
+            let no = EventNo::from_rendered(&row.event_no);
+            if stored.contains(&row.event_no) {
+                first.get_or_insert(row);
+                report.already_recorded.push(no);
+            } else {
+                report.recorded.push(no);
+            }
+        }
+        let first = first.unwrap_or(&rows[0]);
+        Self::stored_before(
+            report,
+            &EventNo::from_rendered(&first.event_no),
+            Some((first.aggregate_type.clone(), first.aggregate_id.clone())),
+        )
     }
 
     /// Wakes this process's relays, e.g. after committing a flush done with [`Outbox::flush`].

@@ -58,6 +58,7 @@ pub struct OutboxConfig {
     pub(crate) notify_channel: Option<String>,
     pub(crate) clock: SharedClock,
     pub(crate) commit_state_on_duplicates: bool,
+    pub(crate) bind_event_values: bool,
     pub(crate) index_profile: IndexProfile,
 }
 
@@ -73,6 +74,7 @@ impl Default for OutboxConfig {
             notify_channel: None,
             clock: crate::clock::system(),
             commit_state_on_duplicates: false,
+            bind_event_values: false,
             index_profile: IndexProfile::Seed,
         }
     }
@@ -148,6 +150,21 @@ impl OutboxConfig {
     /// [`FlushReport::already_recorded`]: crate::FlushReport::already_recorded
     pub fn commit_state_on_duplicates(mut self) -> Self {
         self.commit_state_on_duplicates = true;
+        self
+    }
+
+    /// PostgreSQL: makes [`Outbox::commit`] bind the events' values in a statement of their
+    /// own, then commit: two round trips.
+    ///
+    /// By default it writes them as literals in the same message as the `COMMIT`, one round
+    /// trip, which saves a round trip per command. sqlx's statement log then shows their values:
+    /// at debug level, and at warn level when the commit is slower than the connection's
+    /// slow-statement threshold (`ConnectOptions::log_slow_statements`; one second by default).
+    /// Choose this when payloads must never reach the application's logs.
+    ///
+    /// [`Outbox::commit`]: crate::Outbox::commit
+    pub fn bind_event_values(mut self) -> Self {
+        self.bind_event_values = true;
         self
     }
 

@@ -296,6 +296,54 @@ pub enum Value<'a> {
     Json(&'a serde_json::Value),
 }
 
+impl Value<'_> {
+    /// Appends this value to `out` as a PostgreSQL literal, for a statement sent in the simple
+    /// query protocol, which takes no bound values. Text is an escape string (`E'...'`), whose
+    /// meaning does not depend on `standard_conforming_strings`: backslashes and quotes are
+    /// doubled, and nothing else in it is special. Returns `false`, leaving `out` unusable, for
+    /// text holding a NUL, which no PostgreSQL text can hold (bound, it fails the statement).
+    pub(crate) fn push_pg_literal(&self, out: &mut String) -> bool {
+        use std::fmt::Write;
+        fn text(out: &mut String, s: &str) -> bool {
+            if s.contains('\0') {
+                return false;
+            }
+            out.reserve(s.len() + 3);
+            out.push_str("E'");
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\'' => out.push_str("''"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+            true
+        }
+        // Microseconds, cut as sqlx's binary encoding cuts them.
+        let time = |out: &mut String, t: &DateTime<Utc>| {
+            let _ = write!(out, "'{}'", t.format("%Y-%m-%dT%H:%M:%S%.6f+00:00"));
+        };
+        match self {
+            Value::I64(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Value::I32(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Value::I16(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Value::Str(s) | Value::OptStr(Some(s)) => return text(out, s),
+            Value::Time(t) | Value::OptTime(Some(t)) => time(out, t),
+            Value::OptStr(None) | Value::OptTime(None) => out.push_str("NULL"),
+            // serde_json escapes every control character: the text holds no NUL.
+            Value::Json(v) => return text(out, &v.to_string()),
+        }
+        true
+    }
+}
+
 macro_rules! value_from {
     ($($ty:ty => $variant:ident),* $(,)?) => {$(
         impl<'a> From<$ty> for Value<'a> {
@@ -466,6 +514,17 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         conn: &mut Self::Connection,
         sql: Sql<Self>,
     ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + '_;
+    /// Runs `script`, statements separated by `;` with every value a literal, in one round trip
+    /// (the simple query protocol). The first failing statement ends it.
+    #[doc(hidden)]
+    fn execute_script(
+        conn: &mut Self::Connection,
+        script: String,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + '_;
+    /// How deep in transactions sqlx has `conn`: 0 outside one, 1 in a transaction, more in its
+    /// savepoints.
+    #[doc(hidden)]
+    fn transaction_depth(conn: &Self::Connection) -> usize;
     #[doc(hidden)]
     fn read_id(row: &Self::Row, column: &str) -> Result<i64, sqlx::Error>;
     #[doc(hidden)]
@@ -565,6 +624,17 @@ macro_rules! impl_backend {
                 sql.0.build().fetch_all(conn).await
             }
 
+            async fn execute_script(conn: &mut Self::Connection, script: String) -> Result<(), sqlx::Error> {
+                // Only the toolkit's own scripts come here: fixed text, validated table names,
+                // and values written by `Value::push_pg_literal`.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(script)).execute(conn).await.map(|_| ())
+            }
+
+            fn transaction_depth(conn: &Self::Connection) -> usize {
+                use sqlx_core::transaction::TransactionManager;
+                <$db as sqlx::Database>::TransactionManager::get_transaction_depth(conn)
+            }
+
             fn read_id(row: &Self::Row, column: &str) -> Result<i64, sqlx::Error> {
                 let id: $id = sqlx::Row::try_get(row, column)?;
                 i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
@@ -631,3 +701,36 @@ impl_backend!(
     migrations = "migrations/sqlite",
     strings = list
 );
+
+#[cfg(test)]
+mod tests {
+    use super::Value;
+    use chrono::{TimeZone, Utc};
+
+    fn literal(value: Value<'_>) -> Option<String> {
+        let mut out = String::new();
+        value.push_pg_literal(&mut out).then_some(out)
+    }
+
+    #[test]
+    fn pg_literals_escape_what_an_escape_string_gives_meaning_to() {
+        assert_eq!(
+            literal(Value::Str(r"it's \ here")).unwrap(),
+            r"E'it''s \\ here'"
+        );
+        assert_eq!(literal(Value::Str("")).unwrap(), "E''");
+        assert_eq!(literal(Value::OptStr(None)).unwrap(), "NULL");
+        assert_eq!(literal(Value::I64(-42)).unwrap(), "-42");
+        let time = Utc.timestamp_opt(1_700_000_000, 123_456_789).unwrap();
+        assert_eq!(
+            literal(Value::Time(time)).unwrap(),
+            "'2023-11-14T22:13:20.123456+00:00'"
+        );
+        let json = serde_json::json!({"text": "a'b\\c\u{0}"});
+        assert_eq!(
+            literal(Value::Json(&json)).unwrap(),
+            r#"E'{"text":"a''b\\\\c\\u0000"}'"#
+        );
+        assert_eq!(literal(Value::Str("nul\0")), None);
+    }
+}

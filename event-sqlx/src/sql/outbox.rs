@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
-use super::dialect::{Backend, Columns, Dialect, Sql};
+use super::dialect::{Backend, Columns, Dialect, Sql, Value};
 use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
 use crate::row::outbox::{Lease, NewOutboxRow, OutboxRecord};
 use crate::status::EventStatus::{Failed, InProgress, Pending};
@@ -157,46 +157,115 @@ fn decode_all<DB: Backend>(rows: &[DB::Row]) -> Result<Vec<OutboxRecord>, sqlx::
     rows.iter().map(decode::<DB>).collect()
 }
 
+/// One value of a new row: bound, or a constant of the statement's text.
+enum Cell<'a> {
+    Bound(Value<'a>),
+    Constant(i16),
+}
+
+/// The values of a new row, in `INSERT_COLUMNS` order. A new row is pending with no attempt:
+/// constants in the text, two binds fewer.
+fn cells(row: &NewOutboxRow) -> [Cell<'_>; 18] {
+    use Cell::{Bound, Constant};
+    [
+        Bound(Value::Str(&row.event_no)),
+        Bound(Value::Str(&row.aggregate_type)),
+        Bound(Value::Str(&row.aggregate_id)),
+        Bound(Value::I64(row.aggregate_sequence)),
+        Bound(Value::Str(&row.event_type)),
+        Bound(Value::I32(row.event_version)),
+        Bound(Value::Str(&row.event_source)),
+        Bound(Value::Str(&row.publish_channel)),
+        Bound(Value::OptStr(row.topic.as_deref())),
+        Bound(Value::OptStr(row.routing_key.as_deref())),
+        Bound(Value::Json(&row.event_payload)),
+        Bound(Value::Json(&row.event_headers)),
+        Constant(PENDING),
+        Constant(0),
+        Bound(Value::I32(row.max_retry_count)),
+        Bound(Value::OptStr(row.trace_id.as_deref())),
+        Bound(Value::Time(row.create_time)),
+        Bound(Value::Time(row.create_time)),
+    ]
+}
+
 /// A multi-row INSERT of `rows`.
 fn insert_statement<DB: Backend>(table: &TableName, rows: &[&NewOutboxRow]) -> Sql<DB> {
     let mut q = Sql::new(format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES "));
     for (i, row) in rows.iter().enumerate() {
         q.push(if i == 0 { "(" } else { ", (" });
-        q.bind(&row.event_no)
-            .push(", ")
-            .bind(&row.aggregate_type)
-            .push(", ")
-            .bind(&row.aggregate_id)
-            .push(", ")
-            .bind(row.aggregate_sequence)
-            .push(", ")
-            .bind(&row.event_type)
-            .push(", ")
-            .bind(row.event_version)
-            .push(", ")
-            .bind(&row.event_source)
-            .push(", ")
-            .bind(&row.publish_channel)
-            .push(", ")
-            .bind(row.topic.as_deref())
-            .push(", ")
-            .bind(row.routing_key.as_deref())
-            .push(", ")
-            .bind(&row.event_payload)
-            .push(", ")
-            .bind(&row.event_headers)
-            // A new row is pending with no attempt: constants in the text, two binds fewer.
-            .push(format!(", {PENDING}, 0, "))
-            .bind(row.max_retry_count)
-            .push(", ")
-            .bind(row.trace_id.as_deref())
-            .push(", ")
-            .bind(row.create_time)
-            .push(", ")
-            .bind(row.create_time)
-            .push(")");
+        for (j, cell) in cells(row).into_iter().enumerate() {
+            if j > 0 {
+                q.push(", ");
+            }
+            match cell {
+                Cell::Bound(value) => q.bind(value),
+                Cell::Constant(code) => q.push(code),
+            };
+        }
+        q.push(")");
     }
     q
+}
+
+/// PostgreSQL: one script that inserts `rows` (a plain INSERT: a duplicate fails it), notifies
+/// `channel`, commits the transaction it runs in and opens another, empty one, so that sqlx's
+/// count of open transactions stays right: the event rows travel with the COMMIT, in one round
+/// trip. `None` when a value cannot be written as a literal (text holding a NUL), or there are
+/// more rows than one statement takes.
+pub(crate) fn insert_and_commit_script(
+    table: &TableName,
+    rows: &[NewOutboxRow],
+    channel: Option<&str>,
+) -> Option<String> {
+    if rows.is_empty() || rows.len() > ROWS_PER_INSERT {
+        return None;
+    }
+    let mut script = format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES ");
+    for (i, row) in rows.iter().enumerate() {
+        script.push_str(if i == 0 { "(" } else { ", (" });
+        for (j, cell) in cells(row).into_iter().enumerate() {
+            if j > 0 {
+                script.push_str(", ");
+            }
+            match cell {
+                Cell::Bound(value) => {
+                    if !value.push_pg_literal(&mut script) {
+                        return None;
+                    }
+                }
+                Cell::Constant(code) => script.push_str(&code.to_string()),
+            }
+        }
+        script.push(')');
+    }
+    if let Some(channel) = channel {
+        script.push_str("; SELECT pg_notify(");
+        if !Value::Str(channel).push_pg_literal(&mut script) {
+            return None;
+        }
+        script.push_str(", '')");
+    }
+    script.push_str("; COMMIT; BEGIN");
+    Some(script)
+}
+
+/// Which of `event_nos` the table holds, read on `pool` (committed rows).
+pub(crate) async fn stored_event_nos<DB: Backend>(
+    pool: &Pool<DB>,
+    table: &TableName,
+    event_nos: &[&str],
+) -> Result<Vec<String>, sqlx::Error> {
+    let mut stored = Vec::new();
+    let mut conn = pool.acquire().await?;
+    for chunk in event_nos.chunks(ROWS_PER_INSERT) {
+        let mut q = Sql::<DB>::new(format!("SELECT event_no FROM {table} WHERE event_no"));
+        q.in_strs(chunk);
+        for row in q.fetch(&mut conn).await? {
+            stored.push(Columns::<DB>(&row).string("event_no")?);
+        }
+    }
+    Ok(stored)
 }
 
 /// Inserts `rows` on `conn`; returns the event numbers written. A row whose event number is
