@@ -44,6 +44,9 @@ struct Figures {
     with_raw_row_lean_us: f64,
     /// The same with `ON CONFLICT (event_no) DO NOTHING RETURNING event_no`.
     with_raw_row_returning_lean_us: f64,
+    /// The lean database, `Outbox::flush` then `tx.commit()`: the events in a round trip of
+    /// their own, where `Outbox::commit` sends them with the COMMIT.
+    with_event_lean_flush_then_commit_us: f64,
     floor_overhead: f64,
     seed_overhead: f64,
     lean_overhead: f64,
@@ -97,8 +100,8 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // outbox row written by hand with one static prepared statement (what the database alone
     // costs for the row, without the toolkit's envelope, event number and encoding).
     // And the same row with the toolkit's duplicate detection, `ON CONFLICT DO NOTHING
-    // RETURNING`.
-    let mut samples: [Vec<f64>; 7] = Default::default();
+    // RETURNING`; and the event flushed in a round trip of its own before the COMMIT.
+    let mut samples: [Vec<f64>; 8] = Default::default();
     let mut serial = 0usize;
     for round in 0..=rounds {
         for (variant, samples) in samples.iter_mut().enumerate() {
@@ -118,6 +121,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .bind(format!("NOTE_ADDED:tx-{serial}"))
                             .execute(&mut *tx)
                             .await?;
+                        tx.commit().await?;
                     }
                     6 => {
                         sqlx::query(RAW_ROW_RETURNING)
@@ -128,6 +132,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .bind(Utc::now())
                             .fetch_all(&mut *tx)
                             .await?;
+                        tx.commit().await?;
                     }
                     5 => {
                         sqlx::query(RAW_ROW)
@@ -138,8 +143,9 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .bind(Utc::now())
                             .execute(&mut *tx)
                             .await?;
+                        tx.commit().await?;
                     }
-                    2 | 4 => {
+                    2 | 4 | 7 => {
                         let outbox: &Outbox<Postgres> = if variant == 2 { seed } else { &lean };
                         let mut order = Order {
                             id: format!("tx-{serial}"),
@@ -151,11 +157,17 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                         })?;
                         let mut uow = UnitOfWork::new(EventContext::new("bench"));
                         uow.collect(&mut order)?;
-                        outbox.flush(&mut tx, &uow.commit()).await?;
+                        if variant == 7 {
+                            outbox.flush(&mut tx, &uow.commit()).await?;
+                            tx.commit().await?;
+                        } else {
+                            // What services call: on PostgreSQL the events go with the COMMIT.
+                            outbox.commit(tx, uow).await?;
+                        }
                     }
-                    _ => {}
+                    // The business transaction alone.
+                    _ => tx.commit().await?,
                 }
-                tx.commit().await?;
                 if round > 0 {
                     // Round 0 warms up.
                     samples.push(started.elapsed().as_secs_f64() * 1e6);
@@ -167,7 +179,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let [s0, s1, s2, s3, s4, s5, s6] = &mut samples;
+    let [s0, s1, s2, s3, s4, s5, s6, s7] = &mut samples;
     let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
         median(s0),
         median(s1),
@@ -177,6 +189,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         median(s5),
         median(s6),
     );
+    let with_lean_flush = median(s7);
     let figures = Figures {
         transactions_per_variant: per_round * rounds,
         business_tx_us: base,
@@ -186,6 +199,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         with_event_lean_us: with_lean,
         with_raw_row_lean_us: with_raw_row,
         with_raw_row_returning_lean_us: with_raw_returning,
+        with_event_lean_flush_then_commit_us: with_lean_flush,
         floor_overhead: floor / base - 1.0,
         seed_overhead: with_seed / base - 1.0,
         lean_overhead: with_lean / lean_base - 1.0,
