@@ -79,12 +79,15 @@ impl Dialect {
         }
     }
 
-    /// The guard a claim's UPDATE puts on the status column. On SQLite the unary `+` keeps the
-    /// planner from answering it from a status index instead of looking the ids up.
+    /// The guard a claim's UPDATE puts on the status column. The unary `+` keeps the planner
+    /// from answering it from a status index instead of looking the ids up: on PostgreSQL, whose
+    /// statistics count few pending rows, a bitmap scan of `outbox_idx_status_update_time`
+    /// otherwise visits every dead pending entry left by earlier claims (3,042 of them for 4
+    /// live rows, measured), at every claim until vacuum.
     pub(crate) fn status_guard(self, column: &str) -> String {
         match self {
-            Dialect::Sqlite => format!("+{column}"),
-            Dialect::Postgres | Dialect::MySql => column.to_owned(),
+            Dialect::Sqlite | Dialect::Postgres => format!("+{column}"),
+            Dialect::MySql => column.to_owned(),
         }
     }
 
