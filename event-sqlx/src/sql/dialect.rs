@@ -79,11 +79,12 @@ impl Dialect {
         }
     }
 
-    /// The guard a claim's UPDATE puts on the status column. The unary `+` keeps the planner
-    /// from answering it from a status index instead of looking the ids up: on PostgreSQL, whose
-    /// statistics count few pending rows, a bitmap scan of `outbox_idx_status_update_time`
-    /// otherwise visits every dead pending entry left by earlier claims (3,042 of them for 4
-    /// live rows, measured), at every claim until vacuum.
+    /// The guard on the status column of an UPDATE that names its rows by id (a claim, the
+    /// relay's marks). The unary `+` keeps the planner from answering it from a status index, or
+    /// a partial index over some statuses, instead of looking the ids up: on PostgreSQL, whose
+    /// statistics count few live rows in those indexes, a scan of one otherwise visits every dead
+    /// entry earlier claims and marks left behind (3,042 for 4 live rows, measured in a claim),
+    /// at every statement until vacuum.
     pub(crate) fn status_guard(self, column: &str) -> String {
         match self {
             Dialect::Sqlite | Dialect::Postgres => format!("+{column}"),

@@ -587,7 +587,8 @@ pub(crate) async fn mark_published<DB: Backend>(
         .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
         .bind(now)
         .push(format!(
-            " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND locked_by = "
+            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+            DB::DIALECT.status_guard("publish_status")
         ))
         .bind(relay_id)
         .push(" AND id IN ")
@@ -631,7 +632,8 @@ pub(crate) async fn mark_failed<DB: Backend>(
         q.push(" END, locked_by = NULL, lock_until = NULL, update_time = ")
             .bind(now)
             .push(format!(
-                " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND locked_by = "
+                " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+                DB::DIALECT.status_guard("publish_status")
             ))
             .bind(relay_id)
             .push(if with_retries_left {
@@ -664,8 +666,9 @@ pub(crate) async fn cancel_exhausted<DB: Backend>(
         .push(", update_time = ")
         .bind(now)
         .push(format!(
-            " WHERE deleted = 0 AND publish_status = {FAILED} \
-             AND retry_count >= max_retry_count AND id IN "
+            " WHERE deleted = 0 AND {} = {FAILED} \
+             AND retry_count >= max_retry_count AND id IN ",
+            DB::DIALECT.status_guard("publish_status")
         ))
         .list(ids.iter().copied());
     q.execute(conn).await
