@@ -351,20 +351,21 @@ impl<DB: Backend> Outbox<DB> {
         // aggregate sequence (a stale command), or both. Which of the events are stored now
         // decides, as the flush's duplicate detection would have.
         let numbers: Vec<&str> = rows.iter().map(|row| row.event_no.as_str()).collect();
+        let mut conn = self.conn().await?;
         let stored: HashSet<String> =
-            sql::stored_event_nos::<DB>(&self.pool, &self.config.table, &numbers)
+            sql::stored_event_nos::<DB>(&mut conn, &self.config.table, &numbers)
                 .await
                 .map_err(|e| self.db_error(e))?
                 .into_iter()
                 .collect();
-        let mut conn = self.conn().await?;
+        // A sequence conflict on a row that is new; with nothing stored, whatever the key said.
         let conflict = sql::sequence_conflict::<DB>(&mut conn, &self.config.table, &rows, &source)
             .await
             .filter(|&i| !stored.contains(&rows[i.min(rows.len() - 1)].event_no));
-        if stored.is_empty() || conflict.is_some() {
-            return Err(self.write_error(&mut conn, source, &rows).await);
-        }
         drop(conn);
+        if stored.is_empty() || conflict.is_some() {
+            return Err(self.conflict_error(source, &rows, conflict));
+        }
         let mut first: Option<&NewOutboxRow> = None;
         for row in &rows {
             let no = EventNo::from_rendered(&row.event_no);
@@ -790,7 +791,19 @@ impl<DB: Backend> Outbox<DB> {
         source: sqlx::Error,
         rows: &[NewOutboxRow],
     ) -> Error {
-        match sql::sequence_conflict::<DB>(conn, &self.config.table, rows, &source).await {
+        let conflict = sql::sequence_conflict::<DB>(conn, &self.config.table, rows, &source).await;
+        self.conflict_error(source, rows, conflict)
+    }
+
+    /// The error of a write a unique key refused: a sequence conflict naming `rows[index]`, or
+    /// the database's error.
+    fn conflict_error(
+        &self,
+        source: sqlx::Error,
+        rows: &[NewOutboxRow],
+        index: Option<usize>,
+    ) -> Error {
+        match index {
             Some(index) => {
                 let row = &rows[index.min(rows.len() - 1)];
                 Error::SequenceConflict {

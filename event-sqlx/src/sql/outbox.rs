@@ -250,18 +250,17 @@ pub(crate) fn insert_and_commit_script(
     Some(script)
 }
 
-/// Which of `event_nos` the table holds, read on `pool` (committed rows).
+/// Which of `event_nos` the table holds, read on `conn`.
 pub(crate) async fn stored_event_nos<DB: Backend>(
-    pool: &Pool<DB>,
+    conn: &mut DB::Connection,
     table: &TableName,
     event_nos: &[&str],
 ) -> Result<Vec<String>, sqlx::Error> {
     let mut stored = Vec::new();
-    let mut conn = pool.acquire().await?;
     for chunk in event_nos.chunks(ROWS_PER_INSERT) {
         let mut q = Sql::<DB>::new(format!("SELECT event_no FROM {table} WHERE event_no"));
         q.in_strs(chunk);
-        for row in q.fetch(&mut conn).await? {
+        for row in q.fetch(&mut *conn).await? {
             stored.push(Columns::<DB>(&row).string("event_no")?);
         }
     }
@@ -311,14 +310,8 @@ pub(crate) async fn insert<DB: Backend>(
         }
         // Then find the duplicates and insert the rest with a plain INSERT again, so that a
         // conflict on the aggregate sequence is an error and never silently absorbed.
-        let mut q = Sql::<DB>::new(format!("SELECT event_no FROM {table} WHERE event_no IN "));
-        q.list(chunk.iter().map(|row| row.event_no.as_str()));
-        let existing = q
-            .fetch(conn)
-            .await?
-            .iter()
-            .map(|row| Columns::<DB>(row).string("event_no"))
-            .collect::<Result<Vec<_>, _>>()?;
+        let numbers: Vec<&str> = chunk.iter().map(|row| row.event_no.as_str()).collect();
+        let existing = stored_event_nos::<DB>(conn, table, &numbers).await?;
         chunk.retain(|row| !existing.contains(&row.event_no));
         if !chunk.is_empty() {
             insert_statement::<DB>(table, &chunk).execute(conn).await?;
