@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
 use event_sqlx::{
-    Backoff, ChannelPublisher, Clock, Error, EventStatus, ManualClock, OutboxConfig, OutboxMessage,
-    PublishError, Publisher, RelayConfig,
+    Backoff, ChannelPublisher, Clock, CommitPath, Error, EventStatus, ManualClock, OutboxConfig,
+    OutboxMessage, PublishError, Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
 use event_tests::fixtures::{NoteAdded, Order};
@@ -1004,7 +1004,12 @@ macro_rules! on_every_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $scenario() {
-                    if let Some(db) = TestDb::postgres().await {
+                    if let Some(mut db) = TestDb::postgres().await {
+                        // Bound here; the commit rules run again below with the one-trip path.
+                        db.outbox = event_sqlx::Outbox::new(
+                            db.pool().clone(),
+                            OutboxConfig::new().commit_path(CommitPath::Bound),
+                        );
                         super::$scenario(&db).await;
                         db.cleanup().await;
                     }
@@ -1054,6 +1059,38 @@ on_every_backend!(
     expired_leases_are_recovered_and_published_by_another_relay,
     seed_queries_answer_as_documented,
 );
+
+/// The commit rules again on PostgreSQL, with the events sent in the COMMIT's message.
+mod postgres_one_trip {
+    use super::*;
+
+    macro_rules! one_trip {
+        ($($scenario:ident),* $(,)?) => {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    if let Some(mut db) = TestDb::postgres().await {
+                        db.outbox = event_sqlx::Outbox::new(
+                            db.pool().clone(),
+                            OutboxConfig::new().commit_path(CommitPath::OneTrip),
+                        );
+                        super::$scenario(&db).await;
+                        db.cleanup().await;
+                    }
+                }
+            )*
+        };
+    }
+
+    one_trip!(
+        state_and_events_commit_or_roll_back_together,
+        a_duplicate_event_no_is_absorbed_and_changes_nothing,
+        a_stale_aggregate_version_is_a_sequence_conflict,
+        a_sequence_conflict_names_the_row_that_conflicted,
+        a_command_applied_before_commits_nothing,
+        an_oversized_payload_is_rejected_and_nothing_is_written,
+    );
+}
 
 mod republish {
     use event_sqlx::{ChannelPublisher, EventStatus, RelayConfig, Republish};
@@ -1492,7 +1529,10 @@ async fn postgres_commit_with_the_events_in_one_trip() {
         .connect(&db.url)
         .await
         .unwrap();
-    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let outbox = event_sqlx::Outbox::new(
+        pool.clone(),
+        OutboxConfig::new().commit_path(CommitPath::OneTrip),
+    );
     let hostile_id = r"o'); DELETE FROM biz_outbox_event; --\";
     let hostile_text = "it's \\'; COMMIT; \\\\ \u{1F600} $$ E'\n\t' \u{7f}";
     let mut order = Order::place(hostile_id, 7).unwrap();
@@ -1568,7 +1608,10 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     );
 
     // Bound instead, on request: the same values, stored the same.
-    let bound = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new().bind_event_values());
+    let bound = event_sqlx::Outbox::new(
+        pool.clone(),
+        OutboxConfig::new().commit_path(CommitPath::Bound),
+    );
     let bound_id = format!("{hostile_id}-bound");
     let mut order = Order::place(&bound_id, 7).unwrap();
     order
@@ -1585,6 +1628,60 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     let stored_bound = outbox.by_aggregate("ORDER", &bound_id).await.unwrap();
     assert_eq!(stored_bound[1].event_payload, stored[1].event_payload);
     assert_eq!(stored_bound[1].event_headers, stored[1].event_headers);
+
+    // Timed (the default): the first 16 commits alternate between the two paths, each stores
+    // its events once with its state, and then the faster is kept.
+    let auto = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let pending_before = auto.health().await.unwrap().pending;
+    for i in 0..16 {
+        assert_eq!(
+            auto.commit_path(),
+            CommitPath::Auto,
+            "chosen after {i} commits"
+        );
+        let id = format!("{hostile_id}-auto-{i}");
+        let mut order = Order::place(&id, 7).unwrap();
+        order
+            .record(NoteAdded {
+                text: hostile_text.into(),
+            })
+            .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        <sqlx::Postgres as Orders>::save_order(&mut tx, &id, "PLACED", 1)
+            .await
+            .unwrap();
+        let mut uow = UnitOfWork::new(context());
+        uow.collect(&mut order).unwrap();
+        // A clone's commits count for the outbox it was cloned from.
+        let commit = auto.clone().commit(tx, uow).await.unwrap();
+        assert_eq!(commit.report().recorded.len(), 2, "{commit:?}");
+        let stored_auto = auto.by_aggregate("ORDER", &id).await.unwrap();
+        assert_eq!(stored_auto.len(), 2, "each event stored once");
+        assert_eq!(stored_auto[1].event_payload, stored[1].event_payload);
+        assert_eq!(
+            <sqlx::Postgres as Orders>::order_status(&pool, &id)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("PLACED")
+        );
+    }
+    let chosen = auto.commit_path();
+    assert!(
+        matches!(chosen, CommitPath::OneTrip | CommitPath::Bound),
+        "{chosen:?}"
+    );
+    assert_eq!(
+        auto.health().await.unwrap().pending,
+        pending_before + 32,
+        "nothing else written or deleted"
+    );
+    // The choice holds.
+    let mut order = Order::place("o-auto-after", 8).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    auto.commit(pool.begin().await.unwrap(), uow).await.unwrap();
+    assert_eq!(auto.commit_path(), chosen);
 
     // A NUL, which no PostgreSQL text holds: an error, and nothing committed.
     for (id, text) in [("o-nul\0", "fine"), ("o-nul-text", "a\0b")] {

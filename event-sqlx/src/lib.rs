@@ -42,7 +42,7 @@ pub use status::{EventStatus, FailureClass, FailureClassError, QuarantineStatus,
 pub use table::{TableName, TableNameError};
 
 pub use config::backoff::{Backoff, due_after};
-pub use config::outbox::{IndexProfile, OutboxConfig, Route};
+pub use config::outbox::{CommitPath, IndexProfile, OutboxConfig, Route};
 pub use config::relay::RelayConfig;
 pub use row::audit::{AuditEntry, Consumption, NewAuditEntry};
 pub use row::message::{MessageEvent, MessageRecord};

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +12,7 @@ use sqlx::{Pool, Transaction};
 use tokio::sync::Notify;
 
 use crate::clock::{self, Clock};
-use crate::config::outbox::OutboxConfig;
+use crate::config::outbox::{CommitPath, OutboxConfig};
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, Publisher};
 use crate::row::outbox::{
@@ -32,7 +33,25 @@ pub struct Outbox<DB: Backend> {
     pool: Pool<DB>,
     config: Arc<OutboxConfig>,
     wakeup: Arc<Notify>,
+    /// What [`CommitPath::Auto`] chose: [`UNMEASURED`], [`ONE_TRIP`] or [`BOUND`].
+    measured_path: Arc<AtomicU8>,
+    /// [`CommitPath::Auto`]'s trial: the durations of commits on each path so far.
+    trial: Arc<std::sync::Mutex<PathTrial>>,
 }
+
+/// Successful commits timed per path while [`CommitPath::Auto`] tries both.
+#[derive(Debug, Default)]
+struct PathTrial {
+    one_trip: Vec<Duration>,
+    bound: Vec<Duration>,
+}
+
+/// Commits timed on each path before [`CommitPath::Auto`] chooses.
+const TRIAL_COMMITS: usize = 8;
+
+const UNMEASURED: u8 = 0;
+const ONE_TRIP: u8 = 1;
+const BOUND: u8 = 2;
 
 impl<DB: Backend> Clone for Outbox<DB> {
     fn clone(&self) -> Self {
@@ -40,6 +59,8 @@ impl<DB: Backend> Clone for Outbox<DB> {
             pool: self.pool.clone(),
             config: Arc::clone(&self.config),
             wakeup: Arc::clone(&self.wakeup),
+            measured_path: Arc::clone(&self.measured_path),
+            trial: Arc::clone(&self.trial),
         }
     }
 }
@@ -60,6 +81,8 @@ impl<DB: Backend> Outbox<DB> {
             pool,
             config: Arc::new(config),
             wakeup: Arc::new(Notify::new()),
+            measured_path: Arc::new(AtomicU8::new(UNMEASURED)),
+            trial: Arc::default(),
         }
     }
 
@@ -71,6 +94,20 @@ impl<DB: Backend> Outbox<DB> {
     /// The settings.
     pub fn config(&self) -> &OutboxConfig {
         &self.config
+    }
+
+    /// The way [`Outbox::commit`] sends events on PostgreSQL: the configured
+    /// [`CommitPath`], or with [`CommitPath::Auto`] the path its first commits measured as the
+    /// faster (`Auto` until then, and on MySQL and SQLite).
+    pub fn commit_path(&self) -> CommitPath {
+        match (
+            self.config.commit_path,
+            self.measured_path.load(Ordering::Relaxed),
+        ) {
+            (CommitPath::Auto, ONE_TRIP) => CommitPath::OneTrip,
+            (CommitPath::Auto, BOUND) => CommitPath::Bound,
+            (path, _) => path,
+        }
     }
 
     /// This outbox reading the time from `clock` (see [`OutboxConfig::clock`]); its relays too.
@@ -246,12 +283,12 @@ impl<DB: Backend> Outbox<DB> {
     /// [`OutboxConfig::commit_state_on_duplicates`] keeps the state of a command whose events
     /// were all or partly recorded before.
     ///
-    /// On PostgreSQL the events travel with the `COMMIT`: one round trip writes them and
-    /// commits, where [`Outbox::flush`] then `tx.commit()` take two. Their values are literals
-    /// in that message, so sqlx's statement log shows them; [`OutboxConfig::bind_event_values`]
-    /// binds them instead. (Not in a savepoint, nor with
-    /// [`OutboxConfig::commit_state_on_duplicates`], which need the flush's duplicate detection
-    /// inside the transaction.)
+    /// On PostgreSQL the events can travel with the `COMMIT`: one round trip writes them and
+    /// commits, where [`Outbox::flush`] then `tx.commit()` take two, but the server parses the
+    /// statement each time. By default the outbox times its first commits both ways and keeps
+    /// to the faster; [`OutboxConfig::commit_path`] fixes the choice (see [`CommitPath`]).
+    /// (Never in a savepoint, nor with [`OutboxConfig::commit_state_on_duplicates`], which need
+    /// the flush's duplicate detection inside the transaction.)
     pub async fn commit(
         &self,
         mut tx: Transaction<'_, DB>,
@@ -260,16 +297,34 @@ impl<DB: Backend> Outbox<DB> {
         let envelopes = uow.commit();
         if DB::DIALECT == Dialect::Postgres
             && !self.config.commit_state_on_duplicates
-            && !self.config.bind_event_values
             && DB::transaction_depth(&tx) == 1
         {
             let (rows, report) = self.rows_for(&envelopes)?;
-            if let Some(script) = sql::insert_and_commit_script(
-                &self.config.table,
-                &rows,
-                self.config.notify_channel.as_deref(),
-            ) {
-                return self.commit_in_one_trip(tx, script, rows, report).await;
+            if sql::fit_one_statement(&rows) {
+                let path = self.commit_path();
+                let one_trip = match path {
+                    CommitPath::Auto => self.next_trial_path(),
+                    path => path == CommitPath::OneTrip,
+                };
+                // Text holding a NUL has no literal: bound, where the database reports it.
+                let script = one_trip
+                    .then(|| sql::literal_insert(&self.config.table, &rows))
+                    .flatten()
+                    .and_then(|insert| {
+                        sql::insert_and_commit_script(insert, self.config.notify_channel.as_deref())
+                    });
+                let started = std::time::Instant::now();
+                let (result, timed_one_trip) = match script {
+                    Some(script) => (
+                        self.commit_in_one_trip(tx, script, rows, report).await,
+                        true,
+                    ),
+                    None => (self.commit_bound(tx, rows, report).await, false),
+                };
+                if path == CommitPath::Auto && matches!(result, Ok(Commit::Committed(_))) {
+                    self.record_trial(timed_one_trip, started.elapsed());
+                }
+                return result;
             }
         }
         let report = self.flush(&mut tx, &envelopes).await?;
@@ -314,6 +369,45 @@ impl<DB: Backend> Outbox<DB> {
         })
     }
 
+    /// [`CommitPath::Auto`] before it has chosen: whether this commit tries the one-trip path
+    /// (the path with fewer timed commits so far).
+    fn next_trial_path(&self) -> bool {
+        match self.trial.lock() {
+            Ok(trial) => trial.one_trip.len() <= trial.bound.len(),
+            Err(_) => false,
+        }
+    }
+
+    /// Records a successful commit's duration on one path; once each path has
+    /// [`TRIAL_COMMITS`], keeps the faster by median for this outbox and its clones.
+    fn record_trial(&self, one_trip: bool, took: Duration) {
+        let Ok(mut trial) = self.trial.lock() else {
+            return;
+        };
+        if self.measured_path.load(Ordering::Relaxed) != UNMEASURED {
+            return;
+        }
+        if one_trip {
+            trial.one_trip.push(took);
+        } else {
+            trial.bound.push(took);
+        }
+        if trial.one_trip.len() < TRIAL_COMMITS || trial.bound.len() < TRIAL_COMMITS {
+            return;
+        }
+        let PathTrial { one_trip, bound } = std::mem::take(&mut *trial);
+        let (one_trip, bound) = (median(one_trip), median(bound));
+        let chosen = if one_trip < bound { ONE_TRIP } else { BOUND };
+        self.measured_path.store(chosen, Ordering::Relaxed);
+        tracing::debug!(
+            table = %self.config.table,
+            one_trip_us = one_trip.as_micros() as u64,
+            bound_us = bound.as_micros() as u64,
+            chosen = if chosen == ONE_TRIP { "one trip" } else { "bound" },
+            "timed both ways of sending events with the commit"
+        );
+    }
+
     /// [`Outbox::commit`] on PostgreSQL: `script` inserts `rows`, commits, and opens an empty
     /// transaction in place of the committed one, which sqlx rolls back when the connection is
     /// next used (or returned to its pool). A duplicate fails the INSERT, which ends the script
@@ -324,25 +418,66 @@ impl<DB: Backend> Outbox<DB> {
         mut tx: Transaction<'_, DB>,
         script: String,
         rows: Vec<NewOutboxRow>,
-        mut report: FlushReport,
+        report: FlushReport,
     ) -> Result<Commit, Error> {
-        let source = match DB::execute_script(&mut tx, script).await {
+        match DB::execute_script(&mut tx, script).await {
             Ok(()) => {
                 drop(tx);
-                report.recorded = rows
-                    .iter()
-                    .map(|row| EventNo::from_rendered(&row.event_no))
-                    .collect();
-                self.notify_relays();
-                return Ok(Commit::Committed(report));
+                Ok(self.committed(&rows, report))
             }
-            Err(source) => source,
-        };
-        // The INSERT failed, and the transaction is aborted; or the COMMIT failed (a deferred
-        // constraint of the caller's, a serialization failure), and it has ended already, so
-        // that this ROLLBACK only draws a warning from the server.
+            // The INSERT failed, and the transaction is aborted; or the COMMIT failed (a
+            // deferred constraint of the caller's, a serialization failure), and it has ended
+            // already, so that the ROLLBACK only draws a warning from the server.
+            Err(source) => self.failed_commit(tx, source, rows, report).await,
+        }
+    }
+
+    /// [`Outbox::commit`] on PostgreSQL with [`CommitPath::Bound`]: a plain INSERT of `rows`
+    /// with bound values, then the COMMIT. A duplicate fails the INSERT (cheaper than `ON
+    /// CONFLICT` on every commit); the transaction is rolled back, and which events were stored
+    /// before is read afterwards.
+    async fn commit_bound(
+        &self,
+        mut tx: Transaction<'_, DB>,
+        rows: Vec<NewOutboxRow>,
+        report: FlushReport,
+    ) -> Result<Commit, Error> {
+        let mut written = sql::insert_plain::<DB>(&mut tx, &self.config.table, &rows).await;
+        if written.is_ok()
+            && let Some(channel) = &self.config.notify_channel
+        {
+            written = sql::notify_commit::<DB>(&mut tx, channel).await;
+        }
+        match written {
+            Ok(()) => {
+                tx.commit().await.map_err(|e| self.db_error(e))?;
+                Ok(self.committed(&rows, report))
+            }
+            Err(source) => self.failed_commit(tx, source, rows, report).await,
+        }
+    }
+
+    /// A commit of `rows` done: all of them recorded; the relays woken.
+    fn committed(&self, rows: &[NewOutboxRow], mut report: FlushReport) -> Commit {
+        report.recorded = rows
+            .iter()
+            .map(|row| EventNo::from_rendered(&row.event_no))
+            .collect();
+        self.notify_relays();
+        Commit::Committed(report)
+    }
+
+    /// A commit whose INSERT of `rows` (or its COMMIT) failed with `source`: rolls back, and
+    /// answers as the flush's duplicate detection would have.
+    async fn failed_commit(
+        &self,
+        tx: Transaction<'_, DB>,
+        source: sqlx::Error,
+        rows: Vec<NewOutboxRow>,
+        mut report: FlushReport,
+    ) -> Result<Commit, Error> {
         if let Err(e) = tx.rollback().await {
-            tracing::debug!(error = %e, "rolling back after a failed one-trip commit");
+            tracing::debug!(error = %e, "rolling back after a failed commit");
         }
         if DB::DIALECT.violated_key(&source).is_none() {
             return Err(self.db_error(source));
@@ -1035,5 +1170,26 @@ impl Outbox<sqlx::Postgres> {
                 }
             }
         }))
+    }
+}
+
+/// The median of `samples` (the upper one of an even count); zero for none.
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_slow_commit_does_not_decide_the_median() {
+        let micros = |v: &[u64]| v.iter().map(|&v| Duration::from_micros(v)).collect();
+        assert_eq!(
+            median(micros(&[300, 290, 9_000, 310, 305])),
+            Duration::from_micros(305)
+        );
+        assert_eq!(median(Vec::new()), Duration::ZERO);
     }
 }

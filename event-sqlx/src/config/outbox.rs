@@ -47,6 +47,31 @@ pub enum IndexProfile {
     Lean,
 }
 
+/// How [`Outbox::commit`](crate::Outbox::commit) sends the events on PostgreSQL (MySQL and
+/// SQLite always bind them, then commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CommitPath {
+    /// The default: the faster of the two for this database. The outbox's first 16 successful
+    /// commits alternate between them and are timed; from then on it (and its clones) keep to
+    /// the one with the shorter median, and
+    /// [`Outbox::commit_path`](crate::Outbox::commit_path) tells which. One trip wins when the
+    /// database's round trip costs more than parsing the INSERT (usually over a network);
+    /// bound wins over a fast loopback.
+    #[default]
+    Auto,
+    /// The events' INSERT travels in the `COMMIT`'s message, its values as literals: one round
+    /// trip per commit, and the server parses and plans the statement each time. sqlx's
+    /// statement log then shows the values: at debug level, and at warn level when the commit is
+    /// slower than the connection's slow-statement threshold
+    /// (`ConnectOptions::log_slow_statements`; one second by default).
+    OneTrip,
+    /// A prepared INSERT with bound values, then the `COMMIT`: two round trips, and the values
+    /// never reach sqlx's statement log. Choose this when payloads must never reach the
+    /// application's logs.
+    Bound,
+}
+
 /// How the outbox writes events.
 #[derive(Debug, Clone)]
 pub struct OutboxConfig {
@@ -58,7 +83,7 @@ pub struct OutboxConfig {
     pub(crate) notify_channel: Option<String>,
     pub(crate) clock: SharedClock,
     pub(crate) commit_state_on_duplicates: bool,
-    pub(crate) bind_event_values: bool,
+    pub(crate) commit_path: CommitPath,
     pub(crate) index_profile: IndexProfile,
 }
 
@@ -74,7 +99,7 @@ impl Default for OutboxConfig {
             notify_channel: None,
             clock: crate::clock::system(),
             commit_state_on_duplicates: false,
-            bind_event_values: false,
+            commit_path: CommitPath::Auto,
             index_profile: IndexProfile::Seed,
         }
     }
@@ -153,18 +178,12 @@ impl OutboxConfig {
         self
     }
 
-    /// PostgreSQL: makes [`Outbox::commit`] bind the events' values in a statement of their
-    /// own, then commit: two round trips.
-    ///
-    /// By default it writes them as literals in the same message as the `COMMIT`, one round
-    /// trip, which saves a round trip per command. sqlx's statement log then shows their values:
-    /// at debug level, and at warn level when the commit is slower than the connection's
-    /// slow-statement threshold (`ConnectOptions::log_slow_statements`; one second by default).
-    /// Choose this when payloads must never reach the application's logs.
+    /// PostgreSQL: how [`Outbox::commit`] sends the events (see [`CommitPath`]; measured by
+    /// default).
     ///
     /// [`Outbox::commit`]: crate::Outbox::commit
-    pub fn bind_event_values(mut self) -> Self {
-        self.bind_event_values = true;
+    pub fn commit_path(mut self, path: CommitPath) -> Self {
+        self.commit_path = path;
         self
     }
 

@@ -208,46 +208,70 @@ fn insert_statement<DB: Backend>(table: &TableName, rows: &[&NewOutboxRow]) -> S
     q
 }
 
-/// PostgreSQL: one script that inserts `rows` (a plain INSERT: a duplicate fails it), notifies
-/// `channel`, commits the transaction it runs in and opens another, empty one, so that sqlx's
-/// count of open transactions stays right: the event rows travel with the COMMIT, in one round
-/// trip. `None` when a value cannot be written as a literal (text holding a NUL), or there are
-/// more rows than one statement takes.
-pub(crate) fn insert_and_commit_script(
-    table: &TableName,
-    rows: &[NewOutboxRow],
-    channel: Option<&str>,
-) -> Option<String> {
-    if rows.is_empty() || rows.len() > ROWS_PER_INSERT {
+/// PostgreSQL: a plain INSERT of `rows` with every value a literal (a duplicate fails it).
+/// `None` when a value cannot be written as a literal (text holding a NUL), or there are more
+/// rows than one statement takes.
+pub(crate) fn literal_insert(table: &TableName, rows: &[NewOutboxRow]) -> Option<String> {
+    if !fit_one_statement(rows) {
         return None;
     }
-    let mut script = format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES ");
+    let mut statement = format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES ");
     for (i, row) in rows.iter().enumerate() {
-        script.push_str(if i == 0 { "(" } else { ", (" });
+        statement.push_str(if i == 0 { "(" } else { ", (" });
         for (j, cell) in cells(row).into_iter().enumerate() {
             if j > 0 {
-                script.push_str(", ");
+                statement.push_str(", ");
             }
             match cell {
                 Cell::Bound(value) => {
-                    if !value.push_pg_literal(&mut script) {
+                    if !value.push_pg_literal(&mut statement) {
                         return None;
                     }
                 }
-                Cell::Constant(code) => script.push_str(&code.to_string()),
+                Cell::Constant(code) => statement.push_str(&code.to_string()),
             }
         }
-        script.push(')');
+        statement.push(')');
     }
+    Some(statement)
+}
+
+/// Whether `rows` go in one INSERT statement.
+pub(crate) fn fit_one_statement(rows: &[NewOutboxRow]) -> bool {
+    !rows.is_empty() && rows.len() <= ROWS_PER_INSERT
+}
+
+/// A plain INSERT of `rows` (see [`fit_one_statement`]), its values bound: a duplicate fails
+/// it, which on PostgreSQL aborts the transaction.
+pub(crate) async fn insert_plain<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    rows: &[NewOutboxRow],
+) -> Result<(), sqlx::Error> {
+    let rows: Vec<&NewOutboxRow> = rows.iter().collect();
+    insert_statement::<DB>(table, &rows)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// PostgreSQL: one script that runs `insert` (from [`literal_insert`]), notifies `channel`,
+/// commits the transaction it runs in and opens another, empty one, so that sqlx's count of
+/// open transactions stays right: the event rows travel with the COMMIT, in one round trip.
+/// `None` when the channel's name cannot be written as a literal.
+pub(crate) fn insert_and_commit_script(
+    mut insert: String,
+    channel: Option<&str>,
+) -> Option<String> {
     if let Some(channel) = channel {
-        script.push_str("; SELECT pg_notify(");
-        if !Value::Str(channel).push_pg_literal(&mut script) {
+        insert.push_str("; SELECT pg_notify(");
+        if !Value::Str(channel).push_pg_literal(&mut insert) {
             return None;
         }
-        script.push_str(", '')");
+        insert.push_str(", '')");
     }
-    script.push_str("; COMMIT; BEGIN");
-    Some(script)
+    insert.push_str("; COMMIT; BEGIN");
+    Some(insert)
 }
 
 /// Which of `event_nos` the table holds, read on `conn`.
