@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use chrono::Utc;
 use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
-use event_sqlx::{IndexProfile, Outbox, OutboxConfig};
+use event_sqlx::{CommitPath, IndexProfile, Outbox, OutboxConfig};
 use event_tests::db::TestDb;
 use event_tests::fixtures::{NoteAdded, Order};
 use serde::Serialize;
@@ -45,8 +45,13 @@ struct Figures {
     /// The same with `ON CONFLICT (event_no) DO NOTHING RETURNING event_no`.
     with_raw_row_returning_lean_us: f64,
     /// The lean database, `Outbox::flush` then `tx.commit()`: the events in a round trip of
-    /// their own, where `Outbox::commit` sends them with the COMMIT.
+    /// their own (what `CommitPath::Bound` does).
     with_event_lean_flush_then_commit_us: f64,
+    /// The lean database, `Outbox::commit` with `CommitPath::OneTrip`: the events in the
+    /// COMMIT's message.
+    with_event_lean_one_trip_us: f64,
+    /// The path `CommitPath::Auto` (the default, measured in `withEventLeanUs`) chose here.
+    lean_commit_path: String,
     floor_overhead: f64,
     seed_overhead: f64,
     lean_overhead: f64,
@@ -74,6 +79,12 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         OutboxConfig::new().index_profile(IndexProfile::Lean),
     );
     lean.migrate().await?;
+    let lean_one_trip = Outbox::new(
+        lean_db.pool().clone(),
+        OutboxConfig::new()
+            .index_profile(IndexProfile::Lean)
+            .commit_path(CommitPath::OneTrip),
+    );
     let seed = &db.outbox;
     let indexes = |pool: sqlx::PgPool, table: &'static str| {
         async move {
@@ -100,8 +111,9 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // outbox row written by hand with one static prepared statement (what the database alone
     // costs for the row, without the toolkit's envelope, event number and encoding).
     // And the same row with the toolkit's duplicate detection, `ON CONFLICT DO NOTHING
-    // RETURNING`; and the event flushed in a round trip of its own before the COMMIT.
-    let mut samples: [Vec<f64>; 8] = Default::default();
+    // RETURNING`; the event flushed in a round trip of its own before the COMMIT; and the event
+    // sent in the COMMIT's message (`CommitPath::OneTrip`).
+    let mut samples: [Vec<f64>; 9] = Default::default();
     let mut serial = 0usize;
     for round in 0..=rounds {
         for (variant, samples) in samples.iter_mut().enumerate() {
@@ -145,8 +157,12 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .await?;
                         tx.commit().await?;
                     }
-                    2 | 4 | 7 => {
-                        let outbox: &Outbox<Postgres> = if variant == 2 { seed } else { &lean };
+                    2 | 4 | 7 | 8 => {
+                        let outbox: &Outbox<Postgres> = match variant {
+                            2 => seed,
+                            8 => &lean_one_trip,
+                            _ => &lean,
+                        };
                         let mut order = Order {
                             id: format!("tx-{serial}"),
                             paid: false,
@@ -161,7 +177,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             outbox.flush(&mut tx, &uow.commit()).await?;
                             tx.commit().await?;
                         } else {
-                            // What services call: on PostgreSQL the events go with the COMMIT.
+                            // What services call.
                             outbox.commit(tx, uow).await?;
                         }
                     }
@@ -179,7 +195,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let [s0, s1, s2, s3, s4, s5, s6, s7] = &mut samples;
+    let [s0, s1, s2, s3, s4, s5, s6, s7, s8] = &mut samples;
     let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
         median(s0),
         median(s1),
@@ -190,6 +206,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         median(s6),
     );
     let with_lean_flush = median(s7);
+    let with_lean_one_trip = median(s8);
     let figures = Figures {
         transactions_per_variant: per_round * rounds,
         business_tx_us: base,
@@ -200,6 +217,8 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         with_raw_row_lean_us: with_raw_row,
         with_raw_row_returning_lean_us: with_raw_returning,
         with_event_lean_flush_then_commit_us: with_lean_flush,
+        with_event_lean_one_trip_us: with_lean_one_trip,
+        lean_commit_path: format!("{:?}", lean.commit_path()),
         floor_overhead: floor / base - 1.0,
         seed_overhead: with_seed / base - 1.0,
         lean_overhead: with_lean / lean_base - 1.0,
