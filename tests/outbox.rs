@@ -997,43 +997,15 @@ async fn seed_queries_answer_as_documented<DB: Orders>(db: &TestDb<DB>) {
     );
 }
 
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {
-        mod postgres {
+/// A module `$module` of tests, one per scenario, each on a fresh database from `$open`.
+macro_rules! scenarios_on {
+    ($module:ident, $open:expr; $($scenario:ident),* $(,)?) => {
+        mod $module {
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $scenario() {
-                    if let Some(mut db) = TestDb::postgres().await {
-                        // Bound here; the commit rules run again below with the one-trip path.
-                        db.outbox = event_sqlx::Outbox::new(
-                            db.pool().clone(),
-                            OutboxConfig::new().commit_path(CommitPath::Bound),
-                        );
-                        super::$scenario(&db).await;
-                        db.cleanup().await;
-                    }
-                }
-            )*
-        }
-        mod mysql {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    if let Some(db) = TestDb::mysql().await {
-                        super::$scenario(&db).await;
-                        db.cleanup().await;
-                    }
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    if let Some(db) = TestDb::sqlite().await {
+                    if let Some(db) = $open.await {
                         super::$scenario(&db).await;
                         db.cleanup().await;
                     }
@@ -1041,6 +1013,22 @@ macro_rules! on_every_backend {
             )*
         }
     };
+}
+
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {
+        // Bound on PostgreSQL; the commit rules run again below with the one-trip path.
+        scenarios_on!(postgres, postgres_with(CommitPath::Bound); $($scenario),*);
+        scenarios_on!(mysql, TestDb::mysql(); $($scenario),*);
+        scenarios_on!(sqlite, TestDb::sqlite(); $($scenario),*);
+    };
+}
+
+/// A fresh PostgreSQL database whose outbox commits on `path`.
+async fn postgres_with(path: CommitPath) -> Option<TestDb<sqlx::Postgres>> {
+    let mut db = TestDb::postgres().await?;
+    db.outbox = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().commit_path(path));
+    Some(db)
 }
 
 on_every_backend!(
@@ -1060,37 +1048,16 @@ on_every_backend!(
     seed_queries_answer_as_documented,
 );
 
-/// The commit rules again on PostgreSQL, with the events sent in the COMMIT's message.
-mod postgres_one_trip {
-    use super::*;
-
-    macro_rules! one_trip {
-        ($($scenario:ident),* $(,)?) => {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    if let Some(mut db) = TestDb::postgres().await {
-                        db.outbox = event_sqlx::Outbox::new(
-                            db.pool().clone(),
-                            OutboxConfig::new().commit_path(CommitPath::OneTrip),
-                        );
-                        super::$scenario(&db).await;
-                        db.cleanup().await;
-                    }
-                }
-            )*
-        };
-    }
-
-    one_trip!(
-        state_and_events_commit_or_roll_back_together,
-        a_duplicate_event_no_is_absorbed_and_changes_nothing,
-        a_stale_aggregate_version_is_a_sequence_conflict,
-        a_sequence_conflict_names_the_row_that_conflicted,
-        a_command_applied_before_commits_nothing,
-        an_oversized_payload_is_rejected_and_nothing_is_written,
-    );
-}
+// The commit rules again on PostgreSQL, with the events sent in the COMMIT's message.
+scenarios_on!(
+    postgres_one_trip, postgres_with(CommitPath::OneTrip);
+    state_and_events_commit_or_roll_back_together,
+    a_duplicate_event_no_is_absorbed_and_changes_nothing,
+    a_stale_aggregate_version_is_a_sequence_conflict,
+    a_sequence_conflict_names_the_row_that_conflicted,
+    a_command_applied_before_commits_nothing,
+    an_oversized_payload_is_rejected_and_nothing_is_written,
+);
 
 mod republish {
     use event_sqlx::{ChannelPublisher, EventStatus, RelayConfig, Republish};

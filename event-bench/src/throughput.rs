@@ -397,8 +397,8 @@ async fn latency_run(
     let applied = Arc::new(AtomicUsize::new(0));
     let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
     let outbox = s.outbox.clone();
-    let started = Arc::new(std::sync::Mutex::new(None));
-    let measured_from = Arc::clone(&started);
+    let warmed_up_at = Arc::new(std::sync::OnceLock::new());
+    let measured_from = Arc::clone(&warmed_up_at);
     let warmed = Arc::clone(&applied);
     let produce = async move {
         // One event through the whole path first, untimed: connections, the consumer group's
@@ -413,7 +413,7 @@ async fn latency_run(
             // Polling the handler's counter, with the deadline above.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        *measured_from.lock().map_err(|e| anyhow::anyhow!("{e}"))? = Some(Instant::now());
+        let _ = measured_from.set(Instant::now());
         let producing = (0..producers).map(|p| {
             let outbox = outbox.clone();
             async move {
@@ -437,10 +437,9 @@ async fn latency_run(
     let run_started = Instant::now();
     let elapsed = run_until_applied(&s, &consumer, &applied, events + 1, produce).await?;
     // The rate counts from the end of the warm-up.
-    let warm_up = started
-        .lock()
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .map_or(Duration::ZERO, |at| at - run_started);
+    let warm_up = warmed_up_at
+        .get()
+        .map_or(Duration::ZERO, |&at| at - run_started);
     let elapsed = elapsed.saturating_sub(warm_up);
     let load = match rate {
         Some(rate) => format!("{rate} events/s, {producers} producers"),

@@ -33,10 +33,17 @@ pub struct Outbox<DB: Backend> {
     pool: Pool<DB>,
     config: Arc<OutboxConfig>,
     wakeup: Arc<Notify>,
-    /// What [`CommitPath::Auto`] chose: [`UNMEASURED`], [`ONE_TRIP`] or [`BOUND`].
-    measured_path: Arc<AtomicU8>,
-    /// [`CommitPath::Auto`]'s trial: the durations of commits on each path so far.
-    trial: Arc<std::sync::Mutex<PathTrial>>,
+    /// What [`CommitPath::Auto`] timed and chose, shared with clones.
+    auto_path: Arc<AutoPath>,
+}
+
+/// [`CommitPath::Auto`]'s state: its choice, read on every commit without a lock, and the
+/// commits timed on each path until it chooses.
+#[derive(Debug, Default)]
+struct AutoPath {
+    /// [`UNMEASURED`] (0, the default), [`ONE_TRIP`] or [`BOUND`].
+    chosen: AtomicU8,
+    trial: std::sync::Mutex<PathTrial>,
 }
 
 /// Successful commits timed per path while [`CommitPath::Auto`] tries both.
@@ -59,8 +66,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
             pool: self.pool.clone(),
             config: Arc::clone(&self.config),
             wakeup: Arc::clone(&self.wakeup),
-            measured_path: Arc::clone(&self.measured_path),
-            trial: Arc::clone(&self.trial),
+            auto_path: Arc::clone(&self.auto_path),
         }
     }
 }
@@ -81,8 +87,7 @@ impl<DB: Backend> Outbox<DB> {
             pool,
             config: Arc::new(config),
             wakeup: Arc::new(Notify::new()),
-            measured_path: Arc::new(AtomicU8::new(UNMEASURED)),
-            trial: Arc::default(),
+            auto_path: Arc::default(),
         }
     }
 
@@ -102,7 +107,7 @@ impl<DB: Backend> Outbox<DB> {
     pub fn commit_path(&self) -> CommitPath {
         match (
             self.config.commit_path,
-            self.measured_path.load(Ordering::Relaxed),
+            self.auto_path.chosen.load(Ordering::Relaxed),
         ) {
             (CommitPath::Auto, ONE_TRIP) => CommitPath::OneTrip,
             (CommitPath::Auto, BOUND) => CommitPath::Bound,
@@ -219,7 +224,17 @@ impl<DB: Backend> Outbox<DB> {
         conn: &mut DB::Connection,
         envelopes: &[EventEnvelope],
     ) -> Result<FlushReport, Error> {
-        let (rows, mut report) = self.rows_for(envelopes)?;
+        let (rows, report) = self.rows_for(envelopes)?;
+        self.flush_rows(conn, rows, report).await
+    }
+
+    /// [`Outbox::flush`] of rows already made by [`Outbox::rows_for`].
+    async fn flush_rows(
+        &self,
+        conn: &mut DB::Connection,
+        rows: Vec<NewOutboxRow>,
+        mut report: FlushReport,
+    ) -> Result<FlushReport, Error> {
         if rows.is_empty() {
             return Ok(report);
         }
@@ -295,39 +310,38 @@ impl<DB: Backend> Outbox<DB> {
         uow: UnitOfWork,
     ) -> Result<Commit, Error> {
         let envelopes = uow.commit();
+        let (rows, report) = self.rows_for(&envelopes)?;
         if DB::DIALECT == Dialect::Postgres
             && !self.config.commit_state_on_duplicates
             && DB::transaction_depth(&tx) == 1
+            && sql::fit_one_statement(&rows)
         {
-            let (rows, report) = self.rows_for(&envelopes)?;
-            if sql::fit_one_statement(&rows) {
-                let path = self.commit_path();
-                let one_trip = match path {
-                    CommitPath::Auto => self.next_trial_path(),
-                    path => path == CommitPath::OneTrip,
-                };
-                // Text holding a NUL has no literal: bound, where the database reports it.
-                let script = one_trip
-                    .then(|| sql::literal_insert(&self.config.table, &rows))
-                    .flatten()
-                    .and_then(|insert| {
-                        sql::insert_and_commit_script(insert, self.config.notify_channel.as_deref())
-                    });
-                let started = std::time::Instant::now();
-                let (result, timed_one_trip) = match script {
-                    Some(script) => (
-                        self.commit_in_one_trip(tx, script, rows, report).await,
-                        true,
-                    ),
-                    None => (self.commit_bound(tx, rows, report).await, false),
-                };
-                if path == CommitPath::Auto && matches!(result, Ok(Commit::Committed(_))) {
-                    self.record_trial(timed_one_trip, started.elapsed());
-                }
-                return result;
+            let path = self.commit_path();
+            let one_trip = match path {
+                CommitPath::Auto => self.next_trial_path(),
+                path => path == CommitPath::OneTrip,
+            };
+            // Text holding a NUL has no literal: bound, where the database reports it.
+            let script = one_trip
+                .then(|| sql::literal_insert(&self.config.table, &rows))
+                .flatten()
+                .and_then(|insert| {
+                    sql::insert_and_commit_script(insert, self.config.notify_channel.as_deref())
+                });
+            let started = std::time::Instant::now();
+            let (result, timed_one_trip) = match script {
+                Some(script) => (
+                    self.commit_in_one_trip(tx, script, rows, report).await,
+                    true,
+                ),
+                None => (self.commit_bound(tx, rows, report).await, false),
+            };
+            if path == CommitPath::Auto && matches!(result, Ok(Commit::Committed(_))) {
+                self.record_trial(timed_one_trip, started.elapsed());
             }
+            return result;
         }
-        let report = self.flush(&mut tx, &envelopes).await?;
+        let report = self.flush_rows(&mut tx, rows, report).await?;
         // Duplicates within this unit of work are not news of an earlier command.
         let stored_before: Vec<&EventNo> = report
             .already_recorded
@@ -372,7 +386,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`CommitPath::Auto`] before it has chosen: whether this commit tries the one-trip path
     /// (the path with fewer timed commits so far).
     fn next_trial_path(&self) -> bool {
-        match self.trial.lock() {
+        match self.auto_path.trial.lock() {
             Ok(trial) => trial.one_trip.len() <= trial.bound.len(),
             Err(_) => false,
         }
@@ -381,10 +395,10 @@ impl<DB: Backend> Outbox<DB> {
     /// Records a successful commit's duration on one path; once each path has
     /// [`TRIAL_COMMITS`], keeps the faster by median for this outbox and its clones.
     fn record_trial(&self, one_trip: bool, took: Duration) {
-        let Ok(mut trial) = self.trial.lock() else {
+        let Ok(mut trial) = self.auto_path.trial.lock() else {
             return;
         };
-        if self.measured_path.load(Ordering::Relaxed) != UNMEASURED {
+        if self.auto_path.chosen.load(Ordering::Relaxed) != UNMEASURED {
             return;
         }
         if one_trip {
@@ -398,7 +412,7 @@ impl<DB: Backend> Outbox<DB> {
         let PathTrial { one_trip, bound } = std::mem::take(&mut *trial);
         let (one_trip, bound) = (median(one_trip), median(bound));
         let chosen = if one_trip < bound { ONE_TRIP } else { BOUND };
-        self.measured_path.store(chosen, Ordering::Relaxed);
+        self.auto_path.chosen.store(chosen, Ordering::Relaxed);
         tracing::debug!(
             table = %self.config.table,
             one_trip_us = one_trip.as_micros() as u64,

@@ -189,22 +189,52 @@ fn cells(row: &NewOutboxRow) -> [Cell<'_>; 18] {
     ]
 }
 
-/// A multi-row INSERT of `rows`.
-fn insert_statement<DB: Backend>(table: &TableName, rows: &[&NewOutboxRow]) -> Sql<DB> {
-    let mut q = Sql::new(format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES "));
-    for (i, row) in rows.iter().enumerate() {
-        q.push(if i == 0 { "(" } else { ", (" });
+/// Writes the VALUES rows of `rows` into `out`: the punctuation and constants with `text`, each
+/// other value with `value`, which may refuse it (`false` ends the writing, and this returns
+/// `false`).
+fn push_rows<'r, O>(
+    out: &mut O,
+    rows: impl IntoIterator<Item = &'r NewOutboxRow>,
+    text: fn(&mut O, &str),
+    value: fn(&mut O, Value<'r>) -> bool,
+) -> bool {
+    for (i, row) in rows.into_iter().enumerate() {
+        text(out, if i == 0 { "(" } else { ", (" });
         for (j, cell) in cells(row).into_iter().enumerate() {
             if j > 0 {
-                q.push(", ");
+                text(out, ", ");
             }
             match cell {
-                Cell::Bound(value) => q.bind(value),
-                Cell::Constant(code) => q.push(code),
-            };
+                Cell::Bound(v) => {
+                    if !value(out, v) {
+                        return false;
+                    }
+                }
+                Cell::Constant(code) => text(out, &code.to_string()),
+            }
         }
-        q.push(")");
+        text(out, ")");
     }
+    true
+}
+
+/// A multi-row INSERT of `rows`.
+fn insert_statement<'r, DB: Backend>(
+    table: &TableName,
+    rows: impl IntoIterator<Item = &'r NewOutboxRow>,
+) -> Sql<DB> {
+    let mut q = Sql::new(format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES "));
+    push_rows(
+        &mut q,
+        rows,
+        |q, text| {
+            q.push(text);
+        },
+        |q, value| {
+            q.bind(value);
+            true
+        },
+    );
     q
 }
 
@@ -216,24 +246,10 @@ pub(crate) fn literal_insert(table: &TableName, rows: &[NewOutboxRow]) -> Option
         return None;
     }
     let mut statement = format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES ");
-    for (i, row) in rows.iter().enumerate() {
-        statement.push_str(if i == 0 { "(" } else { ", (" });
-        for (j, cell) in cells(row).into_iter().enumerate() {
-            if j > 0 {
-                statement.push_str(", ");
-            }
-            match cell {
-                Cell::Bound(value) => {
-                    if !value.push_pg_literal(&mut statement) {
-                        return None;
-                    }
-                }
-                Cell::Constant(code) => statement.push_str(&code.to_string()),
-            }
-        }
-        statement.push(')');
-    }
-    Some(statement)
+    push_rows(&mut statement, rows, String::push_str, |out, value| {
+        value.push_pg_literal(out)
+    })
+    .then_some(statement)
 }
 
 /// Whether `rows` go in one INSERT statement.
@@ -248,8 +264,7 @@ pub(crate) async fn insert_plain<DB: Backend>(
     table: &TableName,
     rows: &[NewOutboxRow],
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<&NewOutboxRow> = rows.iter().collect();
-    insert_statement::<DB>(table, &rows)
+    insert_statement::<DB>(table, rows)
         .execute(conn)
         .await
         .map(|_| ())
@@ -305,7 +320,7 @@ pub(crate) async fn insert<DB: Backend>(
         if DB::DIALECT.has_returning() && chunk.len() == 1 {
             // One row (most commands record one event): the count of rows written says whether
             // it was new, and the database returns no row.
-            let mut q = insert_statement::<DB>(table, &chunk);
+            let mut q = insert_statement::<DB>(table, chunk.iter().copied());
             q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
             if q.execute(conn).await? == 1 {
                 inserted.push(chunk[0].event_no.clone());
@@ -313,7 +328,7 @@ pub(crate) async fn insert<DB: Backend>(
             continue;
         }
         if DB::DIALECT.has_returning() {
-            let mut q = insert_statement::<DB>(table, &chunk);
+            let mut q = insert_statement::<DB>(table, chunk.iter().copied());
             q.push(DB::DIALECT.insert_ignoring_duplicate("event_no", ""));
             q.push(" RETURNING event_no");
             for row in q.fetch(conn).await? {
@@ -324,7 +339,10 @@ pub(crate) async fn insert<DB: Backend>(
         // No RETURNING on MySQL. Duplicates are rare, so a plain INSERT goes first: a duplicate
         // key fails it whole, and MySQL then rolls back that statement only, not the caller's
         // transaction.
-        match insert_statement::<DB>(table, &chunk).execute(conn).await {
+        match insert_statement::<DB>(table, chunk.iter().copied())
+            .execute(conn)
+            .await
+        {
             Ok(_) => {
                 inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
                 continue;
@@ -338,7 +356,9 @@ pub(crate) async fn insert<DB: Backend>(
         let existing = stored_event_nos::<DB>(conn, table, &numbers).await?;
         chunk.retain(|row| !existing.contains(&row.event_no));
         if !chunk.is_empty() {
-            insert_statement::<DB>(table, &chunk).execute(conn).await?;
+            insert_statement::<DB>(table, chunk.iter().copied())
+                .execute(conn)
+                .await?;
             inserted.extend(chunk.iter().map(|row| row.event_no.clone()));
         }
     }
