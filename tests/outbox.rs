@@ -1398,6 +1398,126 @@ async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
 
 /// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
 /// writes.
+/// A pool of one connection to `db`.
+async fn one_connection(db: &TestDb<sqlx::Postgres>) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap()
+}
+
+/// The INSERT statements prepared on `pool`'s connection (a pool of one).
+async fn prepared_outbox_inserts(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT statement FROM pg_prepared_statements \
+         WHERE statement LIKE 'INSERT INTO biz_outbox_event%' ORDER BY statement",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_commit_of_one_event_binds_only_its_own_values() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let pool = one_connection(&db).await;
+    let hostile_topic = r"t'o\pic'); DELETE FROM biz_outbox_event; --";
+    let outbox = event_sqlx::Outbox::new(
+        pool.clone(),
+        OutboxConfig::new().commit_path(CommitPath::Bound).route(
+            "ORDER_PLACED",
+            event_sqlx::Route {
+                channel: "MQ".into(),
+                topic: Some(hostile_topic.into()),
+                routing_key: None,
+            },
+        ),
+    );
+    let commit_one = |id: String, source: String| {
+        let (pool, outbox) = (pool.clone(), outbox.clone());
+        async move {
+            let order = Order::place(&id, 7).unwrap();
+            let mut order = order;
+            let mut tx = pool.begin().await.unwrap();
+            <sqlx::Postgres as Orders>::save_order(&mut tx, &id, "PLACED", 1)
+                .await
+                .unwrap();
+            let mut uow = UnitOfWork::new(EventContext::new(source));
+            uow.collect(&mut order).unwrap();
+            outbox.commit(tx, uow).await
+        }
+    };
+
+    // Hostile values the event type shares, written as literals, stored exactly.
+    let hostile_source = r"svc\'); DROP TABLE orders; --";
+    let commit = commit_one("o-one-1".into(), hostile_source.into())
+        .await
+        .unwrap();
+    assert_eq!(commit.report().recorded.len(), 1, "{commit:?}");
+    let stored = outbox.by_aggregate("ORDER", "o-one-1").await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].event_source, hostile_source);
+    assert_eq!(stored[0].topic.as_deref(), Some(hostile_topic));
+    assert_eq!(stored[0].routing_key, None);
+    assert_eq!(stored[0].event_type, "ORDER_PLACED");
+    assert_eq!(stored[0].aggregate_sequence, 1);
+    assert_eq!(stored[0].max_retry_count, 5);
+    assert_eq!(stored[0].create_time, stored[0].update_time);
+    assert_eq!(stored[0].envelope().unwrap().payload["amount_minor"], 7);
+    let prepared = prepared_outbox_inserts(&pool).await;
+    assert_eq!(prepared.len(), 1, "{prepared:?}");
+    assert!(prepared[0].contains("$7") && !prepared[0].contains("$8"));
+
+    // The same event again: a command applied before, nothing committed.
+    let again = commit_one("o-one-1".into(), hostile_source.into())
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, event_sqlx::Commit::AlreadyApplied(_)),
+        "{again:?}"
+    );
+
+    // A NUL in a shared value has no literal: bound, refused by the database, nothing kept.
+    let err = commit_one("o-one-nul".into(), "svc\0".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Database { .. }), "{err}");
+    assert!(
+        outbox
+            .by_aggregate("ORDER", "o-one-nul")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // One statement per event type and source, up to 32; events of further ones share a
+    // statement with every value bound, so that the connection's prepared statements stay
+    // bounded.
+    for i in 0..40 {
+        let commit = commit_one(format!("o-many-{i}"), format!("svc-{i}"))
+            .await
+            .unwrap();
+        assert_eq!(commit.report().recorded.len(), 1);
+        let stored = outbox
+            .by_aggregate("ORDER", &format!("o-many-{i}"))
+            .await
+            .unwrap();
+        assert_eq!(stored[0].event_source, format!("svc-{i}"));
+    }
+    let prepared = prepared_outbox_inserts(&pool).await;
+    assert_eq!(prepared.len(), 33, "{prepared:?}");
+    assert_eq!(
+        prepared.iter().filter(|s| s.contains("$16")).count(),
+        1,
+        "one statement binds every value"
+    );
+    pool.close().await;
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn sqlite_migrate_turns_on_wal() {
     let db = TestDb::sqlite().await.expect("SQLite needs no service");
@@ -1491,11 +1611,7 @@ async fn postgres_commit_with_the_events_in_one_trip() {
         return;
     };
     // One connection: whatever the commit leaves on it, the next transaction meets.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.url)
-        .await
-        .unwrap();
+    let pool = one_connection(&db).await;
     let outbox = event_sqlx::Outbox::new(
         pool.clone(),
         OutboxConfig::new().commit_path(CommitPath::OneTrip),
@@ -1596,11 +1712,11 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     assert_eq!(stored_bound[1].event_payload, stored[1].event_payload);
     assert_eq!(stored_bound[1].event_headers, stored[1].event_headers);
 
-    // Timed (the default): the first 16 commits alternate between the two paths, each stores
+    // Timed (the default): the first 28 commits alternate between the two paths, each stores
     // its events once with its state, and then the faster is kept.
     let auto = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
     let pending_before = auto.health().await.unwrap().pending;
-    for i in 0..16 {
+    for i in 0..28 {
         assert_eq!(
             auto.commit_path(),
             CommitPath::Auto,
@@ -1640,7 +1756,7 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     );
     assert_eq!(
         auto.health().await.unwrap().pending,
-        pending_before + 32,
+        pending_before + 56,
         "nothing else written or deleted"
     );
     // The choice holds.

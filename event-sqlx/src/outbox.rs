@@ -33,18 +33,28 @@ pub struct Outbox<DB: Backend> {
     pool: Pool<DB>,
     config: Arc<OutboxConfig>,
     wakeup: Arc<Notify>,
-    /// What [`CommitPath::Auto`] timed and chose, shared with clones.
-    auto_path: Arc<AutoPath>,
+    /// What [`CommitPath::Auto`] timed and chose, and the one-row statements in use, shared
+    /// with clones.
+    commit_state: Arc<CommitState>,
 }
 
-/// [`CommitPath::Auto`]'s state: its choice, read on every commit without a lock, and the
-/// commits timed on each path until it chooses.
+/// [`Outbox::commit`]'s state on PostgreSQL.
 #[derive(Debug, Default)]
-struct AutoPath {
-    /// [`UNMEASURED`] (0, the default), [`ONE_TRIP`] or [`BOUND`].
+struct CommitState {
+    /// [`CommitPath::Auto`]'s choice, read on every commit without a lock: [`UNMEASURED`] (0,
+    /// the default), [`ONE_TRIP`] or [`BOUND`].
     chosen: AtomicU8,
+    /// The commits timed on each path until it chooses.
     trial: std::sync::Mutex<PathTrial>,
+    /// The one-row INSERT statements the bound path prepares (one per event type and route, see
+    /// [`sql::one_row_insert`]), at most [`ONE_ROW_STATEMENTS`].
+    one_row_statements: std::sync::Mutex<HashSet<String>>,
 }
+
+/// One-row statements kept per outbox: each is prepared once per pooled connection, and sqlx
+/// keeps 100 prepared statements per connection by default. Events of more types than this
+/// are written with every value bound, in one statement for all of them.
+const ONE_ROW_STATEMENTS: usize = 32;
 
 /// Successful commits timed per path while [`CommitPath::Auto`] tries both.
 #[derive(Debug, Default)]
@@ -53,8 +63,13 @@ struct PathTrial {
     bound: Vec<Duration>,
 }
 
-/// Commits timed on each path before [`CommitPath::Auto`] chooses.
-const TRIAL_COMMITS: usize = 8;
+/// Commits timed on each path before [`CommitPath::Auto`] chooses, after [`TRIAL_WARM_UP`]
+/// untimed ones.
+const TRIAL_COMMITS: usize = 12;
+
+/// The first commits on each path, not timed: the bound path's first ones prepare their
+/// statement, and the server's caches are cold.
+const TRIAL_WARM_UP: usize = 2;
 
 const UNMEASURED: u8 = 0;
 const ONE_TRIP: u8 = 1;
@@ -66,7 +81,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
             pool: self.pool.clone(),
             config: Arc::clone(&self.config),
             wakeup: Arc::clone(&self.wakeup),
-            auto_path: Arc::clone(&self.auto_path),
+            commit_state: Arc::clone(&self.commit_state),
         }
     }
 }
@@ -87,7 +102,7 @@ impl<DB: Backend> Outbox<DB> {
             pool,
             config: Arc::new(config),
             wakeup: Arc::new(Notify::new()),
-            auto_path: Arc::default(),
+            commit_state: Arc::default(),
         }
     }
 
@@ -107,7 +122,7 @@ impl<DB: Backend> Outbox<DB> {
     pub fn commit_path(&self) -> CommitPath {
         match (
             self.config.commit_path,
-            self.auto_path.chosen.load(Ordering::Relaxed),
+            self.commit_state.chosen.load(Ordering::Relaxed),
         ) {
             (CommitPath::Auto, ONE_TRIP) => CommitPath::OneTrip,
             (CommitPath::Auto, BOUND) => CommitPath::Bound,
@@ -386,7 +401,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`CommitPath::Auto`] before it has chosen: whether this commit tries the one-trip path
     /// (the path with fewer timed commits so far).
     fn next_trial_path(&self) -> bool {
-        match self.auto_path.trial.lock() {
+        match self.commit_state.trial.lock() {
             Ok(trial) => trial.one_trip.len() <= trial.bound.len(),
             Err(_) => false,
         }
@@ -395,10 +410,10 @@ impl<DB: Backend> Outbox<DB> {
     /// Records a successful commit's duration on one path; once each path has
     /// [`TRIAL_COMMITS`], keeps the faster by median for this outbox and its clones.
     fn record_trial(&self, one_trip: bool, took: Duration) {
-        let Ok(mut trial) = self.auto_path.trial.lock() else {
+        let Ok(mut trial) = self.commit_state.trial.lock() else {
             return;
         };
-        if self.auto_path.chosen.load(Ordering::Relaxed) != UNMEASURED {
+        if self.commit_state.chosen.load(Ordering::Relaxed) != UNMEASURED {
             return;
         }
         if one_trip {
@@ -406,13 +421,20 @@ impl<DB: Backend> Outbox<DB> {
         } else {
             trial.bound.push(took);
         }
-        if trial.one_trip.len() < TRIAL_COMMITS || trial.bound.len() < TRIAL_COMMITS {
+        let enough = TRIAL_WARM_UP + TRIAL_COMMITS;
+        if trial.one_trip.len() < enough || trial.bound.len() < enough {
             return;
         }
         let PathTrial { one_trip, bound } = std::mem::take(&mut *trial);
-        let (one_trip, bound) = (median(one_trip), median(bound));
-        let chosen = if one_trip < bound { ONE_TRIP } else { BOUND };
-        self.auto_path.chosen.store(chosen, Ordering::Relaxed);
+        let timed = |mut commits: Vec<Duration>| median(commits.split_off(TRIAL_WARM_UP));
+        let (one_trip, bound) = (timed(one_trip), timed(bound));
+        // Within 3%, a tie: bound, whose values stay out of the statement log.
+        let chosen = if one_trip.as_secs_f64() < 0.97 * bound.as_secs_f64() {
+            ONE_TRIP
+        } else {
+            BOUND
+        };
+        self.commit_state.chosen.store(chosen, Ordering::Relaxed);
         tracing::debug!(
             table = %self.config.table,
             one_trip_us = one_trip.as_micros() as u64,
@@ -456,7 +478,10 @@ impl<DB: Backend> Outbox<DB> {
         rows: Vec<NewOutboxRow>,
         report: FlushReport,
     ) -> Result<Commit, Error> {
-        let mut written = sql::insert_plain::<DB>(&mut tx, &self.config.table, &rows).await;
+        let mut written = match self.one_row_insert(&rows) {
+            Some((statement, values)) => sql::insert_one::<DB>(&mut tx, statement, &values).await,
+            None => sql::insert_plain::<DB>(&mut tx, &self.config.table, &rows).await,
+        };
         if written.is_ok()
             && let Some(channel) = &self.config.notify_channel
         {
@@ -469,6 +494,24 @@ impl<DB: Backend> Outbox<DB> {
             }
             Err(source) => self.failed_commit(tx, source, rows, report).await,
         }
+    }
+
+    /// The one-row INSERT of `rows` (see [`sql::one_row_insert`]) when they are one row and its
+    /// statement is one of the [`ONE_ROW_STATEMENTS`] this outbox keeps.
+    fn one_row_insert<'r>(
+        &self,
+        rows: &'r [NewOutboxRow],
+    ) -> Option<(String, [crate::sql::dialect::Value<'r>; 7])> {
+        let [row] = rows else { return None };
+        let (statement, values) = sql::one_row_insert(&self.config.table, row)?;
+        let mut kept = self.commit_state.one_row_statements.lock().ok()?;
+        if !kept.contains(&statement) {
+            if kept.len() >= ONE_ROW_STATEMENTS {
+                return None;
+            }
+            kept.insert(statement.clone());
+        }
+        Some((statement, values))
     }
 
     /// A commit of `rows` done: all of them recorded; the relays woken.

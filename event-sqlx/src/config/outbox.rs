@@ -52,9 +52,10 @@ pub enum IndexProfile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum CommitPath {
-    /// The default: the faster of the two for this database. The outbox's first 16 successful
-    /// commits alternate between them and are timed; from then on it (and its clones) keep to
-    /// the one with the shorter median, and
+    /// The default: the faster of the two for this database. The outbox's first 28 successful
+    /// commits alternate between them, and the last 12 on each path are timed; from then on it
+    /// (and its clones) keep to the one with the shorter median (bound when the two are
+    /// within 3%), and
     /// [`Outbox::commit_path`](crate::Outbox::commit_path) tells which. One trip wins when the
     /// database's round trip costs more than parsing the INSERT (usually over a network);
     /// bound wins over a fast loopback.
@@ -66,9 +67,16 @@ pub enum CommitPath {
     /// slower than the connection's slow-statement threshold
     /// (`ConnectOptions::log_slow_statements`; one second by default).
     OneTrip,
-    /// A prepared INSERT with bound values, then the `COMMIT`: two round trips, and the values
-    /// never reach sqlx's statement log. Choose this when payloads must never reach the
-    /// application's logs.
+    /// A prepared INSERT with bound values, then the `COMMIT`: two round trips, and the events'
+    /// own values (numbers, aggregate ids, payloads, headers, trace ids) never reach sqlx's
+    /// statement log. Choose this when payloads must never reach the application's logs.
+    ///
+    /// A commit of one event (what most commands record) writes the values its event type
+    /// shares (aggregate and event type, version, source, route, retry limit) as literals and
+    /// binds only the event's own seven: one prepared statement per event type, for the first
+    /// 32 such statements of an outbox; events of further types are written with every value
+    /// bound, in one statement for all of them. sqlx keeps 100 prepared statements per
+    /// connection by default (`PgConnectOptions::statement_cache_capacity`).
     Bound,
 }
 

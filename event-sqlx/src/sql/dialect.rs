@@ -518,6 +518,14 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         conn: &mut Self::Connection,
         sql: Sql<Self>,
     ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + '_;
+    /// Runs `statement`, its placeholders bound to `values` in order, as a prepared statement
+    /// (cached per connection); the count of rows it changed.
+    #[doc(hidden)]
+    fn execute_values<'c>(
+        conn: &'c mut Self::Connection,
+        statement: String,
+        values: &[Value<'_>],
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
     /// Runs `script`, statements separated by `;` with every value a literal, in one round trip
     /// (the simple query protocol). The first failing statement ends it.
     #[doc(hidden)]
@@ -626,6 +634,32 @@ macro_rules! impl_backend {
 
             async fn fetch_all(conn: &mut Self::Connection, mut sql: Sql<$db>) -> Result<Vec<Self::Row>, sqlx::Error> {
                 sql.0.build().fetch_all(conn).await
+            }
+
+            fn execute_values<'c>(
+                conn: &'c mut Self::Connection,
+                statement: String,
+                values: &[Value<'_>],
+            ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c {
+                use sqlx::Arguments as _;
+                let mut args = <$db as sqlx::Database>::Arguments::default();
+                let added = values.iter().try_for_each(|value| match *value {
+                    Value::I64(v) => args.add(v),
+                    Value::I32(v) => args.add(v),
+                    Value::I16(v) => args.add(v),
+                    Value::Str(v) => args.add(v),
+                    Value::OptStr(v) => args.add(v),
+                    Value::Time(v) => args.add(v),
+                    Value::OptTime(v) => args.add(v),
+                    Value::Json(v) => args.add(sqlx::types::Json(v)),
+                });
+                async move {
+                    added.map_err(sqlx::Error::Encode)?;
+                    // Only the toolkit's own statements come here: fixed text, validated table
+                    // names, and literals written by `Value::push_pg_literal`.
+                    let query = sqlx::query_with(sqlx::AssertSqlSafe(statement), args);
+                    Ok(query.execute(conn).await?.rows_affected())
+                }
             }
 
             async fn execute_script(conn: &mut Self::Connection, script: String) -> Result<(), sqlx::Error> {
