@@ -23,6 +23,12 @@ const RAW_ROW: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, a
     trace_id, create_time, update_time) VALUES ($1, 'ORDER', $2, 1, 'NOTE_ADDED', 1, 'bench', \
     'MQ', 'order.event', 'note.added', $3, $4, 0, 0, 5, NULL, $5, $5)";
 
+/// The same row with every value bound (sixteen), the constants of a new row inlined.
+const BOUND_ROW: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, aggregate_id, \
+    aggregate_sequence, event_type, event_version, event_source, publish_channel, topic, \
+    routing_key, event_payload, event_headers, publish_status, retry_count, max_retry_count, \
+    trace_id, create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, 0, $13, $14, $15, $16)";
+
 /// The same, reporting duplicates as the toolkit does.
 const RAW_ROW_RETURNING: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, \
     aggregate_id, aggregate_sequence, event_type, event_version, event_source, publish_channel, \
@@ -44,12 +50,17 @@ struct Figures {
     with_raw_row_lean_us: f64,
     /// The same with `ON CONFLICT (event_no) DO NOTHING RETURNING event_no`.
     with_raw_row_returning_lean_us: f64,
+    /// The lean database, the row by hand with every value bound.
+    with_bound_row_lean_us: f64,
     /// The lean database, `Outbox::flush` then `tx.commit()`: the events in a round trip of
-    /// their own (what `CommitPath::Bound` does).
+    /// their own, with the flush's `ON CONFLICT` duplicate detection.
     with_event_lean_flush_then_commit_us: f64,
     /// The lean database, `Outbox::commit` with `CommitPath::OneTrip`: the events in the
     /// COMMIT's message.
     with_event_lean_one_trip_us: f64,
+    /// The lean database, `Outbox::commit` with `CommitPath::Bound`: a prepared INSERT, then
+    /// the COMMIT.
+    with_event_lean_bound_us: f64,
     /// The path `CommitPath::Auto` (the default, measured in `withEventLeanUs`) chose here.
     lean_commit_path: String,
     floor_overhead: f64,
@@ -57,6 +68,8 @@ struct Figures {
     lean_overhead: f64,
     lean_overhead_vs_floor_overhead: f64,
     lean_tx_vs_floor_tx: f64,
+    lean_one_trip_tx_vs_floor_tx: f64,
+    lean_bound_tx_vs_floor_tx: f64,
     seed_indexes_touched_by_insert: usize,
     lean_indexes_touched_by_insert: usize,
 }
@@ -85,6 +98,12 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
             .index_profile(IndexProfile::Lean)
             .commit_path(CommitPath::OneTrip),
     );
+    let lean_bound = Outbox::new(
+        lean_db.pool().clone(),
+        OutboxConfig::new()
+            .index_profile(IndexProfile::Lean)
+            .commit_path(CommitPath::Bound),
+    );
     let seed = &db.outbox;
     let indexes = |pool: sqlx::PgPool, table: &'static str| {
         async move {
@@ -112,8 +131,9 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // costs for the row, without the toolkit's envelope, event number and encoding).
     // And the same row with the toolkit's duplicate detection, `ON CONFLICT DO NOTHING
     // RETURNING`; the event flushed in a round trip of its own before the COMMIT; and the event
-    // sent in the COMMIT's message (`CommitPath::OneTrip`).
-    let mut samples: [Vec<f64>; 9] = Default::default();
+    // sent in the COMMIT's message (`CommitPath::OneTrip`); a prepared INSERT then the COMMIT
+    // (`CommitPath::Bound`); the row by hand with every value bound.
+    let mut samples: [Vec<f64>; 11] = Default::default();
     let mut serial = 0usize;
     for round in 0..=rounds {
         for (variant, samples) in samples.iter_mut().enumerate() {
@@ -146,6 +166,28 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .await?;
                         tx.commit().await?;
                     }
+                    10 => {
+                        sqlx::query(BOUND_ROW)
+                            .bind(format!("NOTE_ADDED:tx-{serial}"))
+                            .bind("ORDER".to_owned())
+                            .bind(format!("tx-{serial}"))
+                            .bind(1_i64)
+                            .bind("NOTE_ADDED".to_owned())
+                            .bind(1_i32)
+                            .bind("bench".to_owned())
+                            .bind("MQ".to_owned())
+                            .bind(Some("order.event".to_owned()))
+                            .bind(Some("note.added".to_owned()))
+                            .bind(sqlx::types::Json(serde_json::json!({"text": "note"})))
+                            .bind(sqlx::types::Json(serde_json::json!({"source": "bench"})))
+                            .bind(5_i32)
+                            .bind(None::<String>)
+                            .bind(Utc::now())
+                            .bind(Utc::now())
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                    }
                     5 => {
                         sqlx::query(RAW_ROW)
                             .bind(format!("NOTE_ADDED:tx-{serial}"))
@@ -157,10 +199,11 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .await?;
                         tx.commit().await?;
                     }
-                    2 | 4 | 7 | 8 => {
+                    2 | 4 | 7 | 8 | 9 => {
                         let outbox: &Outbox<Postgres> = match variant {
                             2 => seed,
                             8 => &lean_one_trip,
+                            9 => &lean_bound,
                             _ => &lean,
                         };
                         let mut order = Order {
@@ -195,7 +238,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let [s0, s1, s2, s3, s4, s5, s6, s7, s8] = &mut samples;
+    let [s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10] = &mut samples;
     let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
         median(s0),
         median(s1),
@@ -207,6 +250,8 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     );
     let with_lean_flush = median(s7);
     let with_lean_one_trip = median(s8);
+    let with_lean_bound = median(s9);
+    let with_bound_row = median(s10);
     let figures = Figures {
         transactions_per_variant: per_round * rounds,
         business_tx_us: base,
@@ -218,12 +263,16 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         with_raw_row_returning_lean_us: with_raw_returning,
         with_event_lean_flush_then_commit_us: with_lean_flush,
         with_event_lean_one_trip_us: with_lean_one_trip,
+        with_event_lean_bound_us: with_lean_bound,
+        with_bound_row_lean_us: with_bound_row,
         lean_commit_path: format!("{:?}", lean.commit_path()),
         floor_overhead: floor / base - 1.0,
         seed_overhead: with_seed / base - 1.0,
         lean_overhead: with_lean / lean_base - 1.0,
         lean_overhead_vs_floor_overhead: (with_lean - lean_base) / (floor - base),
         lean_tx_vs_floor_tx: (with_lean / lean_base) / (floor / base),
+        lean_one_trip_tx_vs_floor_tx: (with_lean_one_trip / lean_base) / (floor / base),
+        lean_bound_tx_vs_floor_tx: (with_lean_bound / lean_base) / (floor / base),
         seed_indexes_touched_by_insert: seed_indexes,
         lean_indexes_touched_by_insert: lean_indexes,
     };
