@@ -135,8 +135,22 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // (`CommitPath::Bound`); the row by hand with every value bound.
     let mut samples: [Vec<f64>; 11] = Default::default();
     let mut serial = 0usize;
+    // Each round runs the variants in a new order (a fixed pseudo-random sequence), so that no
+    // variant always follows the same one: what a variant leaves behind on the server (dirty
+    // pages, an open transaction sqlx rolls back on the connection's next use) falls on each
+    // of the others alike.
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
     for round in 0..=rounds {
-        for (variant, samples) in samples.iter_mut().enumerate() {
+        for i in (1..order.len()).rev() {
+            // xorshift64, then Fisher-Yates.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        for &variant in &order {
+            let samples = &mut samples[variant];
             for _ in 0..per_round {
                 let started = Instant::now();
                 serial += 1;
@@ -280,7 +294,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         "machine": crate::machine(),
         "measuredAt": Utc::now(),
         "store": "PostgreSQL",
-        "note": "one run; the variants interleaved in rounds of 50 transactions; each figure the median of one variant's transactions",
+        "note": "one run; the variants interleaved in rounds of 50 transactions, in a new order each round; each figure the median of one variant's transactions",
         "figures": figures,
     });
     std::fs::create_dir_all("benches/results")?;
