@@ -426,14 +426,7 @@ impl<DB: Backend> Outbox<DB> {
             return;
         }
         let PathTrial { one_trip, bound } = std::mem::take(&mut *trial);
-        let timed = |mut commits: Vec<Duration>| median(commits.split_off(TRIAL_WARM_UP));
-        let (one_trip, bound) = (timed(one_trip), timed(bound));
-        // Within 3%, a tie: bound, whose values stay out of the statement log.
-        let chosen = if one_trip.as_secs_f64() < 0.97 * bound.as_secs_f64() {
-            ONE_TRIP
-        } else {
-            BOUND
-        };
+        let (chosen, one_trip, bound) = faster_path(one_trip, bound);
         self.commit_state.chosen.store(chosen, Ordering::Relaxed);
         tracing::debug!(
             table = %self.config.table,
@@ -1231,6 +1224,24 @@ impl Outbox<sqlx::Postgres> {
 }
 
 /// The median of `samples` (the upper one of an even count); zero for none.
+/// [`CommitPath::Auto`]'s choice from the commits timed on each path, first the untimed
+/// warm-up ones: [`ONE_TRIP`] when its median is more than 3% below the bound path's, else
+/// [`BOUND`] (within 3%, a tie: bound, whose values stay out of the statement log); and the
+/// two medians.
+fn faster_path(one_trip: Vec<Duration>, bound: Vec<Duration>) -> (u8, Duration, Duration) {
+    let timed = |mut commits: Vec<Duration>| {
+        let warm_up = TRIAL_WARM_UP.min(commits.len());
+        median(commits.split_off(warm_up))
+    };
+    let (one_trip, bound) = (timed(one_trip), timed(bound));
+    let chosen = if one_trip.as_secs_f64() < 0.97 * bound.as_secs_f64() {
+        ONE_TRIP
+    } else {
+        BOUND
+    };
+    (chosen, one_trip, bound)
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
@@ -1248,5 +1259,23 @@ mod tests {
             Duration::from_micros(305)
         );
         assert_eq!(median(Vec::new()), Duration::ZERO);
+    }
+
+    #[test]
+    fn auto_keeps_the_one_trip_only_when_it_is_clearly_faster() {
+        let commits = |warm_up: u64, timed: u64| {
+            let mut v = vec![Duration::from_micros(warm_up); TRIAL_WARM_UP];
+            v.extend(vec![Duration::from_micros(timed); TRIAL_COMMITS]);
+            v
+        };
+        // The bound path's slow first commits (its statement prepared) do not decide.
+        assert_eq!(faster_path(commits(500, 500), commits(5_000, 400)).0, BOUND);
+        assert_eq!(
+            faster_path(commits(500, 380), commits(500, 400)).0,
+            ONE_TRIP
+        );
+        // Within 3%: bound.
+        assert_eq!(faster_path(commits(500, 390), commits(500, 400)).0, BOUND);
+        assert_eq!(faster_path(commits(500, 400), commits(500, 400)).0, BOUND);
     }
 }
