@@ -6,7 +6,11 @@
 //!   the same run;
 //! - latency: commit-to-consume p50/p99 at a fixed moderate rate (two paced producers, one event per
 //!   transaction) and at saturation (four producers as fast as they go), after one untimed
-//!   event has gone through the whole path.
+//!   event has gone through the whole path, with the median time to each stage (claimed,
+//!   marked published, consumed) from the outbox's and the inbox's timestamps.
+//!
+//! Each run starts with a `CHECKPOINT`, so that the server does not flush an earlier run's
+//! writes during it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,6 +56,17 @@ struct Latency {
     events_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Medians from the event's creation, from the outbox's and the inbox's timestamps: claimed
+    /// by a relay, marked published (after the broker's ack), recorded in the consumer's inbox.
+    stages_p50_ms: Stages,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+struct Stages {
+    claimed: f64,
+    marked_published: f64,
+    consumed: f64,
 }
 
 pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
@@ -128,6 +143,13 @@ async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
     sqlx::raw_sql("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor BIGINT NOT NULL)")
         .execute(db.pool())
         .await?;
+    // The server flushes what earlier runs wrote (a backlog run writes each of 100,000 events
+    // several times) now, not during this run.
+    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
+        eprintln!(
+            "could not CHECKPOINT before the run ({e}); earlier runs' writes may be flushed during it"
+        );
+    }
     let topic = unique("tp").replace('_', "-");
     let outbox = Outbox::new(
         db.pool().clone(),
@@ -445,7 +467,20 @@ async fn latency_run(
         Some(rate) => format!("{rate} events/s, {producers} producers"),
         None => format!("saturation, {producers} producers"),
     };
-    let figures = latency_figures(broker, load, 50, events, elapsed, &latencies)?;
+    let stages = sqlx::query_as::<_, Stages>(
+        "SELECT \
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY \
+           extract(epoch FROM o.last_publish_time - o.create_time) * 1000) AS claimed, \
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY \
+           extract(epoch FROM o.published_time - o.create_time) * 1000) AS marked_published, \
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY \
+           extract(epoch FROM i.consumed_time - o.create_time) * 1000) AS consumed \
+         FROM biz_outbox_event o JOIN consumed_event i ON i.event_id = o.event_no \
+         WHERE o.aggregate_id <> 'warm-up'",
+    )
+    .fetch_one(s.db.pool())
+    .await?;
+    let figures = latency_figures(broker, load, 50, events, elapsed, &latencies, stages)?;
     s.db.cleanup().await;
     Ok(figures)
 }
@@ -476,6 +511,7 @@ fn latency_figures(
     events: usize,
     elapsed: Duration,
     latencies: &std::sync::Mutex<Vec<f64>>,
+    stages_p50_ms: Stages,
 ) -> anyhow::Result<Latency> {
     let mut latencies = latencies
         .lock()
@@ -492,6 +528,7 @@ fn latency_figures(
         events_per_s: events as f64 / elapsed.as_secs_f64(),
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
+        stages_p50_ms,
     })
 }
 
