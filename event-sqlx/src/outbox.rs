@@ -408,7 +408,8 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Records a successful commit's duration on one path; once each path has
-    /// [`TRIAL_COMMITS`], keeps the faster by median for this outbox and its clones.
+    /// [`TRIAL_WARM_UP`] + [`TRIAL_COMMITS`], keeps the faster (see [`faster_path`]) for this
+    /// outbox and its clones.
     fn record_trial(&self, one_trip: bool, took: Duration) {
         let Ok(mut trial) = self.commit_state.trial.lock() else {
             return;
@@ -494,7 +495,7 @@ impl<DB: Backend> Outbox<DB> {
     fn one_row_insert<'r>(
         &self,
         rows: &'r [NewOutboxRow],
-    ) -> Option<(String, [crate::sql::dialect::Value<'r>; 7])> {
+    ) -> Option<(String, [crate::sql::dialect::Value<'r>; sql::OWN_VALUES])> {
         let [row] = rows else { return None };
         let (statement, values) = sql::one_row_insert(&self.config.table, row)?;
         let mut kept = self.commit_state.one_row_statements.lock().ok()?;

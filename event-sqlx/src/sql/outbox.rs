@@ -247,7 +247,7 @@ fn insert_statement<'r, DB: Backend>(
 }
 
 /// The values a one-row statement binds: the event's own (see [`Cell::Own`]).
-const OWN_VALUES: usize = 7;
+pub(crate) const OWN_VALUES: usize = 7;
 
 /// PostgreSQL: a plain INSERT of one row, the values its event type shares written as literals
 /// and only the event's own values bound (`$1` to `$7`, `create_time`'s placeholder reused for
