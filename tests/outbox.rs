@@ -1398,6 +1398,15 @@ async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
 
 /// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
 /// writes.
+/// The unit of work of placing order `id` with a note of `text`: two events.
+fn placed_with_note(id: &str, text: &str) -> UnitOfWork {
+    let mut order = Order::place(id, 7).unwrap();
+    order.record(NoteAdded { text: text.into() }).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    uow
+}
+
 /// A pool of one connection to `db`.
 async fn one_connection(db: &TestDb<sqlx::Postgres>) -> sqlx::PgPool {
     sqlx::postgres::PgPoolOptions::new()
@@ -1618,19 +1627,14 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     );
     let hostile_id = r"o'); DELETE FROM biz_outbox_event; --\";
     let hostile_text = "it's \\'; COMMIT; \\\\ \u{1F600} $$ E'\n\t' \u{7f}";
-    let mut order = Order::place(hostile_id, 7).unwrap();
-    order
-        .record(NoteAdded {
-            text: hostile_text.into(),
-        })
-        .unwrap();
     let mut tx = pool.begin().await.unwrap();
     <sqlx::Postgres as Orders>::save_order(&mut tx, hostile_id, "PLACED", 1)
         .await
         .unwrap();
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let commit = outbox.commit(tx, uow).await.unwrap();
+    let commit = outbox
+        .commit(tx, placed_with_note(hostile_id, hostile_text))
+        .await
+        .unwrap();
     assert_eq!(commit.report().recorded.len(), 2, "{commit:?}");
     let stored = outbox.by_aggregate("ORDER", hostile_id).await.unwrap();
     assert_eq!(stored.len(), 2);
@@ -1696,16 +1700,11 @@ async fn postgres_commit_with_the_events_in_one_trip() {
         OutboxConfig::new().commit_path(CommitPath::Bound),
     );
     let bound_id = format!("{hostile_id}-bound");
-    let mut order = Order::place(&bound_id, 7).unwrap();
-    order
-        .record(NoteAdded {
-            text: hostile_text.into(),
-        })
-        .unwrap();
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
     bound
-        .commit(pool.begin().await.unwrap(), uow)
+        .commit(
+            pool.begin().await.unwrap(),
+            placed_with_note(&bound_id, hostile_text),
+        )
         .await
         .unwrap();
     let stored_bound = outbox.by_aggregate("ORDER", &bound_id).await.unwrap();
@@ -1723,20 +1722,16 @@ async fn postgres_commit_with_the_events_in_one_trip() {
             "chosen after {i} commits"
         );
         let id = format!("{hostile_id}-auto-{i}");
-        let mut order = Order::place(&id, 7).unwrap();
-        order
-            .record(NoteAdded {
-                text: hostile_text.into(),
-            })
-            .unwrap();
         let mut tx = pool.begin().await.unwrap();
         <sqlx::Postgres as Orders>::save_order(&mut tx, &id, "PLACED", 1)
             .await
             .unwrap();
-        let mut uow = UnitOfWork::new(context());
-        uow.collect(&mut order).unwrap();
         // A clone's commits count for the outbox it was cloned from.
-        let commit = auto.clone().commit(tx, uow).await.unwrap();
+        let commit = auto
+            .clone()
+            .commit(tx, placed_with_note(&id, hostile_text))
+            .await
+            .unwrap();
         assert_eq!(commit.report().recorded.len(), 2, "{commit:?}");
         let stored_auto = auto.by_aggregate("ORDER", &id).await.unwrap();
         assert_eq!(stored_auto.len(), 2, "each event stored once");

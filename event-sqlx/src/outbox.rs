@@ -1224,7 +1224,6 @@ impl Outbox<sqlx::Postgres> {
     }
 }
 
-/// The median of `samples` (the upper one of an even count); zero for none.
 /// [`CommitPath::Auto`]'s choice from the commits timed on each path, first the untimed
 /// warm-up ones: [`ONE_TRIP`] when its median is more than 3% below the bound path's, else
 /// [`BOUND`] (within 3%, a tie: bound, whose values stay out of the statement log); and the
@@ -1243,6 +1242,7 @@ fn faster_path(one_trip: Vec<Duration>, bound: Vec<Duration>) -> (u8, Duration, 
     (chosen, one_trip, bound)
 }
 
+/// The median of `samples` (the upper one of an even count); zero for none.
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
