@@ -247,45 +247,45 @@ impl JetStreamSubscription {
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
+    ///
+    /// One pull request at a time asks for up to a batch's worth of messages (at least 100) and
+    /// expires after `idle`; each message is processed as soon as it arrives, together with
+    /// whatever arrived with it (up to the batch size), while the request stays open for more.
+    /// A quiet stream therefore costs one request per `idle`, not one per message, and a message
+    /// never waits for a batch to fill. The drain ends when a whole request expired with nothing
+    /// delivered, so no message is left in flight to this subscription.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
         idle: Duration,
     ) -> Result<super::ConsumeReport, Error> {
+        use futures_util::{FutureExt, StreamExt};
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
         let mut report = super::ConsumeReport::default();
         let take = self.batch.max(100);
         loop {
-            // What is there now, without waiting; when nothing is, one message as soon as it
-            // arrives (or nothing after `idle`), then whatever came with it.
-            let mut messages = self
-                .pull(self.consumer.fetch().max_messages(take).messages())
+            let mut request = self
+                .consumer
+                .batch()
+                .max_messages(take)
+                .expires(idle)
+                .messages()
                 .await
-                .map_err(&stopped)?;
-            if messages.is_empty() {
-                messages = self
-                    .pull(
-                        self.consumer
-                            .batch()
-                            .max_messages(1)
-                            .expires(idle)
-                            .messages(),
-                    )
-                    .await
-                    .map_err(&stopped)?;
-                if messages.is_empty() {
-                    return Ok(report);
+                .map_err(|e| stopped(e.into()))?;
+            let mut delivered = false;
+            // The first message of a chunk is awaited; the rest are those already here.
+            while let Some(first) = request.next().await {
+                delivered = true;
+                let mut chunk = vec![first.map_err(|e| stopped(e.into()))?];
+                while chunk.len() < self.batch {
+                    match request.next().now_or_never() {
+                        Some(Some(message)) => chunk.push(message.map_err(|e| stopped(e.into()))?),
+                        _ => break,
+                    }
                 }
-                messages.extend(
-                    self.pull(self.consumer.fetch().max_messages(take - 1).messages())
-                        .await
-                        .map_err(&stopped)?,
-                );
-            }
-            for chunk in messages.chunks(self.batch) {
                 super::receive_batch(
                     consumer,
-                    chunk,
+                    &chunk,
                     |m| &m.payload,
                     |m| {
                         m.headers
@@ -296,25 +296,14 @@ impl JetStreamSubscription {
                     &mut report,
                 )
                 .await?;
-                for message in chunk {
-                    message.ack().await.map_err(&stopped)?;
+                for message in &chunk {
+                    message.ack().await.map_err(|e| stopped(e.into()))?;
                 }
             }
+            if !delivered {
+                return Ok(report);
+            }
         }
-    }
-
-    /// Sends one pull request and collects what it delivers.
-    async fn pull<E: Into<BoxError>>(
-        &self,
-        request: impl std::future::Future<Output = Result<jetstream::consumer::pull::Batch, E>>,
-    ) -> Result<Vec<jetstream::Message>, BoxError> {
-        use futures_util::StreamExt;
-        let mut batch = request.await.map_err(Into::into)?;
-        let mut messages = Vec::new();
-        while let Some(message) = batch.next().await {
-            messages.push(message?);
-        }
-        Ok(messages)
     }
 }
 
