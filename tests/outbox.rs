@@ -1566,24 +1566,7 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
     });
     // Commit only once the relay has made its first (empty) claim and is waiting: then only the
     // notification can wake it before its 60 s poll.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let claimed: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND state = 'idle' AND query LIKE 'UPDATE biz_outbox_event SET publish_status = 1%'",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-        if claimed > 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the relay never made its first claim"
-        );
-        tokio::task::yield_now().await;
-    }
+    first_claim_made(&db).await;
 
     let mut order = Order::place("o-notify", 1).unwrap();
     let mut uow = UnitOfWork::new(context());
@@ -1607,6 +1590,90 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("notify_postgres"), "{err}");
+    db.cleanup().await;
+}
+
+/// Waits until a relay on `db` has made its first claim (and, finding nothing, waits).
+async fn first_claim_made(db: &TestDb<sqlx::Postgres>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let claimed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND state = 'idle' AND query LIKE 'UPDATE biz_outbox_event SET publish_status = 1%'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if claimed > 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never made its first claim"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A running relay woken by one commit publishes all of it, in order, without waiting for its
+/// poll: a claim takes only the first unpublished event of each aggregate, and the claim that
+/// follows a batch that was not full takes the next ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_woken_relay_publishes_each_aggregates_events_without_polling() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let outbox = event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new());
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = outbox.relay(
+        publisher,
+        RelayConfig::new("woken")
+            .batch_size(50)
+            .poll_interval(Duration::from_secs(60)),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    first_claim_made(&db).await;
+
+    let mut uow = UnitOfWork::new(context());
+    for id in ["o-a", "o-b"] {
+        let mut order = Order::place(id, 1).unwrap();
+        order.pay(1).unwrap();
+        uow.collect(&mut order).unwrap();
+    }
+    outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let message = tokio::time::timeout(Duration::from_secs(5), received.recv())
+            .await
+            .expect("published at once, not at the 60 s poll")
+            .unwrap();
+        seen.push((
+            message.envelope.aggregate_id.clone(),
+            message.envelope.event_type.clone(),
+        ));
+    }
+    for id in ["o-a", "o-b"] {
+        let types: Vec<&str> = seen
+            .iter()
+            .filter(|(aggregate, _)| aggregate == id)
+            .map(|(_, event_type)| event_type.as_str())
+            .collect();
+        assert_eq!(types, ["ORDER_PLACED", "ORDER_PAID"], "{seen:?}");
+    }
+
+    let _ = stop.send(());
+    let report = running.await.unwrap();
+    assert_eq!(report.published, 4, "{report:?}");
     db.cleanup().await;
 }
 

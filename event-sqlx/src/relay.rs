@@ -91,9 +91,9 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// relay that died holds its leases until they expire; `drain` waits that long, and leaves
     /// the expired leases to [`Relay::recover_expired_leases`].
     ///
-    /// On PostgreSQL and MySQL the next batch is claimed while the previous one is published and
-    /// marked, on a second connection; on SQLite, which has one writer, batches run one after
-    /// another. On an error, a batch already claimed is still delivered before the error is
+    /// On PostgreSQL and MySQL the next batch is claimed while a full one is published and
+    /// marked, on a second connection; after a batch that was not full, and on SQLite, which has
+    /// one writer, the next claim follows the delivery. On an error, a batch already claimed is still delivered before the error is
     /// returned, so no lease is left held.
     pub async fn drain(&self) -> Result<BatchReport, Error> {
         self.prepare().await;
@@ -101,7 +101,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let mut batch = self.claim().await?;
         loop {
             while !batch.is_empty() {
-                let (next, delivered) = self.deliver_and_claim(batch).await;
+                let (next, delivered, overlapped) = self.deliver_and_claim(batch).await;
                 match (delivered, next) {
                     (Ok(report), Ok(next)) => {
                         total += report;
@@ -113,7 +113,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                     }
                     (_, Err(e)) => return Err(e),
                 }
-                if batch.is_empty() && Self::overlaps() {
+                if batch.is_empty() && overlapped {
                     // That claim ran while the last batch was in flight, so it could not yet
                     // take the events that follow it in their aggregates.
                     batch = self.claim().await?;
@@ -161,17 +161,28 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         DB::DIALECT.concurrent_writers()
     }
 
-    /// Delivers `batch` and claims the next one: at the same time where [`Self::overlaps`],
-    /// otherwise one after the other. Returns the next batch and the delivered batch's report.
+    /// Delivers `batch` and claims the next one. Returns the next batch, the delivered batch's
+    /// report, and whether the claim ran while the batch was in flight.
+    ///
+    /// The two run at the same time where [`Self::overlaps`] and the batch was full (a backlog:
+    /// the next claim will find work); otherwise the claim follows the delivery, so that it also
+    /// takes the events that follow the delivered ones in their aggregates, and a quiet outbox
+    /// costs one claim per batch, not two.
     async fn deliver_and_claim(
         &self,
         batch: Vec<OutboxRecord>,
-    ) -> (Result<Vec<OutboxRecord>, Error>, Result<BatchReport, Error>) {
-        if Self::overlaps() {
-            tokio::join!(self.claim(), self.deliver(batch))
+    ) -> (
+        Result<Vec<OutboxRecord>, Error>,
+        Result<BatchReport, Error>,
+        bool,
+    ) {
+        let full = batch.len() >= usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
+        if Self::overlaps() && full {
+            let (next, delivered) = tokio::join!(self.claim(), self.deliver(batch));
+            (next, delivered, true)
         } else {
             let delivered = self.deliver(batch).await;
-            (self.claim().await, delivered)
+            (self.claim().await, delivered, false)
         }
     }
 
@@ -388,8 +399,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     }
 
     /// Runs until `shutdown` completes: claims and publishes batch after batch without sleeping
-    /// while there are events to claim (claiming the next batch while the previous one is
-    /// delivered, as [`Relay::drain`] does), otherwise waits for a commit in this process, a
+    /// while there are events to claim (claiming the next batch while a full one is delivered,
+    /// as [`Relay::drain`] does), otherwise waits for a commit in this process, a
     /// PostgreSQL notification, or the poll interval. Database errors are logged and retried after
     /// the poll interval; the relay does not stop for them. On shutdown the batches in flight are
     /// finished, so no lease is left held.
@@ -429,7 +440,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 }
             }
             if !batch.is_empty() {
-                let (next, delivered) = self.deliver_and_claim(std::mem::take(&mut batch)).await;
+                let (next, delivered, overlapped) =
+                    self.deliver_and_claim(std::mem::take(&mut batch)).await;
                 match delivered {
                     Ok(report) => total += report,
                     Err(e) => {
@@ -444,7 +456,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                         failed = true;
                     }
                 }
-                if !failed {
+                // A claim that ran while the batch was in flight could not take the events
+                // that follow it in their aggregates: claim again at once. One that ran after it
+                // and found nothing leaves the relay to wait for the next commit.
+                if !failed && (overlapped || !batch.is_empty()) {
                     tokio::select! {
                         biased;
                         () = &mut shutdown => break,
