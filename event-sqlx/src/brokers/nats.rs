@@ -276,10 +276,10 @@ impl JetStreamSubscription {
             // The first message of a chunk is awaited; the rest are those already here.
             while let Some(first) = request.next().await {
                 delivered = true;
-                let mut chunk = vec![first.map_err(|e| stopped(e.into()))?];
+                let mut chunk = vec![first.map_err(&stopped)?];
                 while chunk.len() < self.batch {
                     match request.next().now_or_never() {
-                        Some(Some(message)) => chunk.push(message.map_err(|e| stopped(e.into()))?),
+                        Some(Some(message)) => chunk.push(message.map_err(&stopped)?),
                         _ => break,
                     }
                 }
@@ -297,7 +297,7 @@ impl JetStreamSubscription {
                 )
                 .await?;
                 for message in &chunk {
-                    message.ack().await.map_err(|e| stopped(e.into()))?;
+                    message.ack().await.map_err(&stopped)?;
                 }
             }
             if !delivered {
