@@ -1556,17 +1556,9 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
         publisher,
         RelayConfig::new("listener").poll_interval(Duration::from_secs(60)),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    // Commit only once the relay has made its first (empty) claim and is waiting: then only the
-    // notification can wake it before its 60 s poll.
-    first_claim_made(&db).await;
+    // Commits come only once the relay has made its first (empty) claim and is waiting: then
+    // only the notification can wake it before its 60 s poll.
+    let (stop, running) = running_relay(&db, relay).await;
 
     let mut order = Order::place("o-notify", 1).unwrap();
     let mut uow = UnitOfWork::new(context());
@@ -1593,8 +1585,23 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
     db.cleanup().await;
 }
 
-/// Waits until a relay on `db` has made its first claim (and, finding nothing, waits).
-async fn first_claim_made(db: &TestDb<sqlx::Postgres>) {
+/// Runs `relay` in a task of its own until the returned sender is used, once it has made its
+/// first claim on `db` (and, finding nothing, waits).
+async fn running_relay<P: Publisher + 'static>(
+    db: &TestDb<sqlx::Postgres>,
+    relay: event_sqlx::Relay<sqlx::Postgres, P>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<event_sqlx::BatchReport>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let claimed: i64 = sqlx::query_scalar(
@@ -1605,7 +1612,7 @@ async fn first_claim_made(db: &TestDb<sqlx::Postgres>) {
         .await
         .unwrap();
         if claimed > 0 {
-            return;
+            return (stop, running);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -1631,15 +1638,7 @@ async fn postgres_a_woken_relay_publishes_each_aggregates_events_without_polling
             .batch_size(50)
             .poll_interval(Duration::from_secs(60)),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    first_claim_made(&db).await;
+    let (stop, running) = running_relay(&db, relay).await;
 
     let mut uow = UnitOfWork::new(context());
     for id in ["o-a", "o-b"] {
