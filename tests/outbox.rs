@@ -1396,8 +1396,6 @@ async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
     db.cleanup().await;
 }
 
-/// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
-/// writes.
 /// The unit of work of placing order `id` with a note of `text`: two events.
 fn placed_with_note(id: &str, text: &str) -> UnitOfWork {
     let mut order = Order::place(id, 7).unwrap();
@@ -1527,6 +1525,8 @@ async fn postgres_commit_of_one_event_binds_only_its_own_values() {
     db.cleanup().await;
 }
 
+/// `migrate` switches an SQLite file to WAL journaling, so that relays read while the service
+/// writes.
 #[tokio::test]
 async fn sqlite_migrate_turns_on_wal() {
     let db = TestDb::sqlite().await.expect("SQLite needs no service");

@@ -93,8 +93,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     ///
     /// On PostgreSQL and MySQL the next batch is claimed while a full one is published and
     /// marked, on a second connection; after a batch that was not full, and on SQLite, which has
-    /// one writer, the next claim follows the delivery. On an error, a batch already claimed is still delivered before the error is
-    /// returned, so no lease is left held.
+    /// one writer, the next claim follows the delivery. On an error, a batch already claimed is
+    /// still delivered before the error is returned, so no lease is left held.
     pub async fn drain(&self) -> Result<BatchReport, Error> {
         self.prepare().await;
         let mut total = BatchReport::default();
