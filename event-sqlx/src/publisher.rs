@@ -58,37 +58,62 @@ impl OutboxMessage {
 }
 
 /// Why publishing one message failed. The relay records [`PublishError::reason`] in the row's
-/// `fail_reason` and retries with backoff.
+/// `fail_reason`.
+///
+/// Two kinds, which the relay treats differently:
+/// - a **rejection** ([`PublishError::new`], [`PublishError::with_source`]): the broker refused
+///   this message (no stream or queue takes it, too large, a nack) or it cannot be sent at all.
+///   It counts as a failed attempt of the event, retried with backoff up to its retry limit.
+/// - an **outage** ([`PublishError::unavailable`]): the broker could not be reached or did not
+///   answer in time, so nothing is known of the message. The event's attempt does not count: the
+///   relay gives its lease back unchanged, pauses, and tries again as soon as the broker answers.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{context}")]
 pub struct PublishError {
     context: String,
     reason: String,
+    unavailable: bool,
     #[source]
     source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl PublishError {
-    /// A failure described by `reason`.
+    /// The broker refused the message, for the reason given.
     pub fn new(reason: impl Display) -> PublishError {
         let context = cut(reason.to_string());
         PublishError {
             reason: context.clone(),
             context,
+            unavailable: false,
             source: None,
         }
     }
 
-    /// A failure described by `context` (what was being done), caused by `source` (the broker
-    /// client's error), which is kept as the error's source.
+    /// The broker refused the message: `context` says what was being done, `source` is the
+    /// broker client's error, kept as the error's source.
     pub fn with_source(context: impl Display, source: impl Into<BoxError>) -> PublishError {
         let source: BoxError = source.into();
         let context = cut(context.to_string());
         PublishError {
             reason: cut(format!("{context}: {source}")),
             context,
+            unavailable: false,
             source: Some(Arc::from(source)),
         }
+    }
+
+    /// The broker was unreachable or did not answer in time (a lost connection, a timeout):
+    /// not a failure of the event, which the relay publishes again once the broker answers.
+    pub fn unavailable(context: impl Display, source: impl Into<BoxError>) -> PublishError {
+        PublishError {
+            unavailable: true,
+            ..PublishError::with_source(context, source)
+        }
+    }
+
+    /// Whether the broker was unavailable, rather than refusing this message.
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable
     }
 
     /// The reason as stored in `fail_reason`: the context and its cause, cut to 1000

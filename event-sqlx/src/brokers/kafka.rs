@@ -32,13 +32,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// - value = the envelope's JSON; headers = `messageId` (the event number, the consumer's
 ///   deduplication id) and the event's metadata (`eventId`, `eventType`, `aggregateId`, ...).
 ///
-/// A publish counts as done when its delivery report says the record is written; an error in
-/// the report (an unknown topic, a broker that stays unreachable for `delivery.timeout.ms`) is a
-/// failed publish, retried by the relay with backoff.
+/// A publish counts as done when its delivery report says the record is written. A record the
+/// cluster refuses (an unknown topic, too large) is a failed publish of that event, retried by
+/// the relay with backoff; a cluster that stays unreachable or leaderless for
+/// `delivery.timeout.ms` (30 s by default) is an outage ([`PublishError::unavailable`]), which
+/// does not count against the events. librdkafka reconnects by itself.
 #[derive(Clone)]
 pub struct KafkaPublisher {
     producer: FutureProducer,
     address: String,
+    delivery_timeout: Duration,
 }
 
 impl std::fmt::Debug for KafkaPublisher {
@@ -98,6 +101,10 @@ impl KafkaPublisher {
             config.set(*key, *value);
         }
         config.set("enable.idempotence", "true").set("acks", "all");
+        let delivery_timeout = config
+            .get("delivery.timeout.ms")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .map_or(Duration::from_secs(30), Duration::from_millis);
         let producer: FutureProducer = config
             .create()
             .map_err(|e| fail("cannot create the producer", e))?;
@@ -107,6 +114,7 @@ impl KafkaPublisher {
         Ok(KafkaPublisher {
             producer,
             address: bootstrap.to_owned(),
+            delivery_timeout,
         })
     }
 
@@ -182,26 +190,84 @@ impl Publisher for KafkaPublisher {
                 .headers(headers);
             pending.push(match self.producer.send_result(record) {
                 Ok(delivery) => Ok(delivery),
-                Err((e, _)) => Err(PublishError::with_source("Kafka refused the record", e)),
+                Err((e, _)) => Err(publish_failure("Kafka refused the record", e)),
             });
         }
-        let mut results = Vec::with_capacity(messages.len());
-        for sent in pending {
-            results.push(match sent {
-                Ok(delivery) => match delivery.await {
+        // Every delivery report is awaited at once, under one deadline: librdkafka gives up on
+        // a record after `delivery.timeout.ms`, and the deadline only guards against a report
+        // that never comes.
+        use futures_util::StreamExt;
+        use futures_util::stream::FuturesUnordered;
+        let mut results: Vec<Option<Result<(), PublishError>>> = Vec::with_capacity(pending.len());
+        let mut reports = FuturesUnordered::new();
+        for (at, sent) in pending.into_iter().enumerate() {
+            match sent {
+                Ok(delivery) => {
+                    results.push(None);
+                    reports.push(async move { (at, delivery.await) });
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let settle = async {
+            while let Some((at, report)) = reports.next().await {
+                results[at] = Some(match report {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(PublishError::with_source(
+                    Ok(Err((e, _))) => Err(publish_failure("Kafka did not write the record", e)),
+                    Err(_) => Err(PublishError::unavailable(
                         "Kafka did not write the record",
-                        e,
+                        "the producer stopped before reporting the delivery",
                     )),
-                    Err(_) => Err(PublishError::new(
-                        "the Kafka producer stopped before reporting the delivery",
-                    )),
-                },
-                Err(e) => Err(e),
-            });
-        }
+                });
+            }
+        };
+        let _ = tokio::time::timeout(self.delivery_timeout + REPORT_GRACE, settle).await;
         results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(PublishError::unavailable(
+                        "Kafka did not report the delivery",
+                        format!(
+                            "no report within {} s (delivery.timeout.ms)",
+                            self.delivery_timeout.as_secs_f64()
+                        ),
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// How long past `delivery.timeout.ms` a delivery report is waited for.
+const REPORT_GRACE: Duration = Duration::from_secs(2);
+
+/// A failed produce: an outage when the cluster is unreachable, has no leader or did not answer
+/// in time (librdkafka already retried), a rejection of the record otherwise (too large, an
+/// unknown topic, not authorized, invalid).
+fn publish_failure(context: &str, e: KafkaError) -> PublishError {
+    use RDKafkaErrorCode as Code;
+    let code = match &e {
+        KafkaError::MessageProduction(code) => Some(*code),
+        _ => e.rdkafka_error_code(),
+    };
+    match code {
+        Some(
+            Code::MessageTimedOut
+            | Code::QueueFull
+            | Code::AllBrokersDown
+            | Code::BrokerTransportFailure
+            | Code::RequestTimedOut
+            | Code::NetworkException
+            | Code::LeaderNotAvailable
+            | Code::NotLeaderForPartition
+            | Code::NotEnoughReplicas
+            | Code::NotEnoughReplicasAfterAppend
+            | Code::BrokerNotAvailable
+            | Code::NotCoordinator
+            | Code::OperationTimedOut,
+        ) => PublishError::unavailable(context, e),
+        _ => PublishError::with_source(context, e),
     }
 }
 

@@ -19,13 +19,18 @@ use crate::sql::dialect::Backend;
 /// `aggregateId` header, and with [`NatsPublisher::subject_per_aggregate`] as the subject's last
 /// token, which a stream's subject mapping (`partition(n, ...)`) can partition on.
 ///
-/// A subject no stream captures, or a server that does not answer within the ack timeout, is a
-/// failed publish: the relay retries it with backoff; the event is never lost.
+/// A subject no stream captures, or a message the stream refuses, is a failed publish of that
+/// event, retried with backoff. A server that does not acknowledge a batch within the ack
+/// timeout, or a lost connection, is an outage ([`PublishError::unavailable`]): the relay pauses
+/// and publishes the batch again once the server answers, without counting it against the
+/// events. The client reconnects by itself.
 #[derive(Debug, Clone)]
 pub struct NatsPublisher {
-    jetstream: jetstream::Context,
+    /// Shared by clones; behind an `Arc`, so that a publisher stays small to move.
+    jetstream: std::sync::Arc<jetstream::Context>,
     address: String,
     per_aggregate: bool,
+    ack_timeout: Duration,
 }
 
 impl NatsPublisher {
@@ -37,18 +42,22 @@ impl NatsPublisher {
             .await
             .map_err(|e| Error::broker("NATS", address, "cannot connect", e))?;
         let mut jetstream = jetstream::new(client);
-        jetstream.set_timeout(Duration::from_secs(10));
+        jetstream.set_timeout(DEFAULT_ACK_TIMEOUT);
         Ok(NatsPublisher {
-            jetstream,
+            jetstream: std::sync::Arc::new(jetstream),
             address: address.to_owned(),
             per_aggregate: false,
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
         })
     }
 
-    /// Waits at most `timeout` for each publish acknowledgement (10 s by default); a publish not
-    /// acknowledged in time fails and is retried by the relay.
+    /// How long one window of a batch (up to 500 messages, sent together) may take, from the
+    /// first send to the last acknowledgement: 10 s by default. The acknowledgements are awaited
+    /// together, so a batch whose acks are lost fails after this long, not this long per
+    /// message; what is not acknowledged by then is an outage ([`PublishError::unavailable`]).
     pub fn ack_timeout(mut self, timeout: Duration) -> NatsPublisher {
-        self.jetstream.set_timeout(timeout);
+        std::sync::Arc::make_mut(&mut self.jetstream).set_timeout(timeout);
+        self.ack_timeout = timeout;
         self
     }
 
@@ -113,6 +122,9 @@ impl NatsPublisher {
     }
 }
 
+/// The ack timeout unless [`NatsPublisher::ack_timeout`] sets another.
+const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Publishes in flight at most per window: the client holds at most 5000 unacknowledged
 /// publishes per context, and relays sharing one publisher must stay under that together.
 const ACK_WINDOW: usize = 500;
@@ -129,50 +141,89 @@ impl Publisher for NatsPublisher {
 
 impl NatsPublisher {
     async fn publish_window(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        // Send every message first, then wait for the acks: one round trip's latency per window.
-        let mut pending = Vec::with_capacity(messages.len());
-        for message in messages {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", message.message_id.as_str());
-            for (name, value) in event_headers(message) {
-                headers.insert(name, value.as_str());
-            }
-            let sent = match serde_json::to_vec(&message.envelope) {
-                Ok(payload) => self
+        use futures_util::StreamExt;
+        use futures_util::stream::FuturesUnordered;
+        // Send every message first, then wait for all the acks at once: one round trip's
+        // latency per window, and one deadline for all of it, sends included (a client cut off
+        // from its server queues sends until its buffer is full, then waits).
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
+        let work = async {
+            let mut acks = FuturesUnordered::new();
+            for (at, message) in messages.iter().enumerate() {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", message.message_id.as_str());
+                for (name, value) in event_headers(message) {
+                    headers.insert(name, value.as_str());
+                }
+                let payload = match serde_json::to_vec(&message.envelope) {
+                    Ok(payload) => payload,
+                    Err(e) => {
+                        results[at] = Some(Err(PublishError::with_source(
+                            "cannot serialize the envelope",
+                            e,
+                        )));
+                        continue;
+                    }
+                };
+                match self
                     .jetstream
                     .publish_with_headers(self.subject(message), headers, payload.into())
                     .await
-                    .map_err(|e| PublishError::with_source("NATS publish failed", e)),
-                Err(e) => Err(PublishError::with_source(
-                    "cannot serialize the envelope",
-                    e,
-                )),
-            };
-            pending.push(sent);
-        }
-        let mut results = Vec::with_capacity(messages.len());
-        for (message, sent) in messages.iter().zip(pending) {
-            results.push(match sent {
-                Ok(ack) => match ack.await {
+                {
+                    Ok(ack) => acks.push(async move { (at, ack.await) }),
+                    Err(e) => results[at] = Some(Err(publish_failure("NATS publish failed", e))),
+                }
+            }
+            while let Some((at, ack)) = acks.next().await {
+                let message = &messages[at];
+                results[at] = Some(match ack {
                     // A republish carries an id of its own: if the stream still calls it a
                     // duplicate, nobody will receive it.
-                    Ok(ack) if ack.duplicate && message.is_republish() => Err(PublishError::new(
-                        format!(
+                    Ok(ack) if ack.duplicate && message.is_republish() => {
+                        Err(PublishError::new(format!(
                             "JetStream dropped republished {} as a duplicate of message id {} inside the stream's duplicate window",
                             message.envelope.event_id, message.message_id
-                        ),
-                    )),
+                        )))
+                    }
                     Ok(_) => Ok(()),
-                    Err(e) => Err(PublishError::with_source(
-                        "NATS did not acknowledge the publish",
-                        e,
-                    )),
-                },
-                Err(e) => Err(e),
-            });
-        }
+                    Err(e) => Err(publish_failure("NATS did not acknowledge the publish", e)),
+                });
+            }
+        };
+        let _ = tokio::time::timeout(self.ack_timeout, work).await;
+        let timeout = self.ack_timeout;
         results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(PublishError::unavailable(
+                        format!(
+                            "NATS did not acknowledge the batch within {} (ack timeout)",
+                            humantime_secs(timeout)
+                        ),
+                        "no acknowledgement",
+                    ))
+                })
+            })
+            .collect()
     }
+}
+
+/// A failed JetStream publish: an outage when the server is not reachable or did not answer,
+/// a rejection of the message otherwise (no stream for the subject, too large, ...).
+fn publish_failure(context: &str, e: jetstream::context::PublishError) -> PublishError {
+    use jetstream::context::PublishErrorKind as Kind;
+    match e.kind() {
+        Kind::TimedOut | Kind::BrokenPipe | Kind::MaxAckPending => {
+            PublishError::unavailable(context, e)
+        }
+        _ => PublishError::with_source(context, e),
+    }
+}
+
+/// `1.5 s`, for messages.
+fn humantime_secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// A durable JetStream pull consumer feeding a [`Consumer`](crate::Consumer): each message is
