@@ -82,16 +82,17 @@ pub(crate) struct RelayArgs {
     /// Events claimed per batch (1 to 5000).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5000))]
     batch_size: u32,
-    /// Lease length in seconds; keep it above the longest publish of two batches. A relay that
-    /// dies leaves its leases held this long.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=315_360_000))]
+    /// Lease length in seconds. The relay renews the lease of a batch in flight every third of
+    /// it, so it bounds how long a relay that dies leaves its events held, not how long a
+    /// publish may take.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=315_360_000))]
     lease_secs: u64,
     /// After a lease expired (its relay died), how long the event waits before it is published
-    /// again: `60s`, `5m`, `0` for at once.
-    #[arg(long, default_value = "60s", value_parser = crate::args::duration)]
+    /// again: `5s`, `1m`, `0` for at once.
+    #[arg(long, default_value = "5s", value_parser = crate::args::duration)]
     recovery_delay: Duration,
     /// How often a running relay looks for expired leases.
-    #[arg(long, default_value = "30s", value_parser = crate::args::duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::args::duration)]
     recovery_interval: Duration,
     /// Publish at most this many events a second.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

@@ -111,6 +111,22 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// The broker was unavailable for a relay's batch (a lost connection, no acknowledgement in
+    /// time): the events not published were given back with their attempt not counted, and the
+    /// relay tries again once the broker answers. Transient.
+    #[error(
+        "relay {relay}: the broker is unavailable; {} events were given back unpublished, their attempt not counted, and are published once it answers",
+        report.deferred
+    )]
+    BrokerUnavailable {
+        /// The relay.
+        relay: String,
+        /// What the batch did: some events may have been published before the outage.
+        report: crate::relay::BatchReport,
+        /// The first outage reported by the publisher.
+        #[source]
+        source: Box<crate::publisher::PublishError>,
+    },
     /// A consumer must stop: its handler reported a bug, or its database or broker is gone. The
     /// message in hand was not acknowledged, so the broker delivers it again after the fix.
     #[error("consumer {consumer} stopped: {reason}")]
@@ -157,7 +173,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Database { source, .. } => connection_lost(source) || rolled_back(source),
-            Error::Broker { .. } => true,
+            Error::Broker { .. } | Error::BrokerUnavailable { .. } => true,
             _ => false,
         }
     }

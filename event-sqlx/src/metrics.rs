@@ -47,6 +47,8 @@ pub const OUTBOX_RETRIED: &str = "event_outbox_retried_total";
 pub const OUTBOX_CANCELLED: &str = "event_outbox_cancelled_total";
 /// Events published after their lease expired.
 pub const OUTBOX_LEASE_LOST: &str = "event_outbox_lease_lost_total";
+/// Events given back unpublished because the broker was unavailable, not counted as attempts.
+pub const OUTBOX_DEFERRED: &str = "event_outbox_deferred_total";
 /// Events whose relay died, put back.
 pub const OUTBOX_LEASES_RECOVERED: &str = "event_outbox_leases_recovered_total";
 /// Events per claimed batch.
@@ -90,6 +92,10 @@ pub fn describe() {
     describe_counter!(
         OUTBOX_LEASE_LOST,
         "Outbox events published after their lease expired; another relay may publish them again."
+    );
+    describe_counter!(
+        OUTBOX_DEFERRED,
+        "Outbox events given back unpublished while the broker was unavailable; not counted as attempts."
     );
     describe_counter!(
         OUTBOX_LEASES_RECOVERED,

@@ -16,6 +16,10 @@ use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Claim, Failure};
 use crate::sql::{retry_rolled_back, retry_transient};
 
+/// The first pause after the broker was found unavailable; it doubles up to
+/// [`RelayConfig::outage_pause`].
+const OUTAGE_FIRST_PAUSE: Duration = Duration::from_millis(250);
+
 /// What one batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BatchReport {
@@ -30,6 +34,9 @@ pub struct BatchReport {
     pub lease_lost: usize,
     /// Exhausted events cancelled (only with [`RelayConfig::cancel_exhausted`]).
     pub cancelled: usize,
+    /// Events given back unpublished, their attempt not counted: the broker was unavailable
+    /// ([`PublishError::unavailable`]), or the batch could not finish before its lease ended.
+    pub deferred: usize,
 }
 
 impl std::ops::AddAssign for BatchReport {
@@ -39,6 +46,7 @@ impl std::ops::AddAssign for BatchReport {
         self.failed += other.failed;
         self.lease_lost += other.lease_lost;
         self.cancelled += other.cancelled;
+        self.deferred += other.deferred;
     }
 }
 
@@ -51,6 +59,9 @@ pub struct Relay<DB: Backend, P> {
     outbox: Outbox<DB>,
     publisher: P,
     config: RelayConfig,
+    /// Set when [`Relay::run`]'s shutdown completed: the batch in flight has the shutdown grace
+    /// left to be acknowledged.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl<DB: Backend> Outbox<DB> {
@@ -60,6 +71,7 @@ impl<DB: Backend> Outbox<DB> {
             outbox: self.clone(),
             publisher,
             config,
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -108,7 +120,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                         batch = next;
                     }
                     (Err(e), Ok(next)) => {
-                        total += self.deliver(next).await.unwrap_or_default();
+                        if matches!(e, Error::BrokerUnavailable { .. }) {
+                            self.give_back(&next, "broker unavailable; not published")
+                                .await;
+                        } else {
+                            total += self.deliver(next).await.unwrap_or_default();
+                        }
                         return Err(e);
                     }
                     (_, Err(e)) => return Err(e),
@@ -232,8 +249,19 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             }
         }
 
-        let results = self.publish(&messages).await;
+        let (results, lease_end) = self.publish_under_lease(&records, &messages).await;
+        let results = results.unwrap_or_else(|| {
+            let e = PublishError::unavailable(
+                "the batch did not finish before its lease ended",
+                format!(
+                    "not acknowledged within the lease of {} s",
+                    self.config.lease.as_secs_f64()
+                ),
+            );
+            messages.iter().map(|_| Err(e.clone())).collect()
+        });
         let finished = self.outbox.now();
+        let mut deferred = Vec::new();
         let mut failures = Vec::new();
         let mut exhausted = Vec::new();
         let outcomes = ids
@@ -261,6 +289,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                     tracing::debug!("published");
                     published_records.push(record);
                 }
+                Err(error) if error.is_unavailable() => {
+                    tracing::debug!(reason = error.reason(), "broker unavailable; given back");
+                    deferred.push((record.id, error));
+                }
                 Err(error) => {
                     tracing::debug!(reason = error.reason(), "publish failed");
                     failed_records.push(record);
@@ -287,7 +319,26 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let pool = self.outbox.pool();
         // The batch is published: its marks are tried again on fresh connections while the
         // lease holds, so that a dropped connection does not send it all a second time.
-        let deadline = self.lease_deadline(&records);
+        let deadline = Some(lease_end);
+        let outage = deferred.first().map(|(_, e)| e.clone());
+        let deferred_ids: Vec<i64> = deferred.iter().map(|(id, _)| *id).collect();
+        if let Some(outage) = &outage {
+            let reason = format!(
+                "broker unavailable, not counted as an attempt: {}",
+                outage.reason()
+            );
+            let reason = reason.chars().take(1000).collect::<String>();
+            retry_transient(
+                || async {
+                    let mut conn = pool.acquire().await?;
+                    sql::release::<DB>(&mut conn, table, relay_id, &deferred_ids, &reason, finished)
+                        .await
+                },
+                deadline,
+            )
+            .await
+            .map_err(|e| self.outbox.db_error(e))?;
+        }
         let marked = retry_transient(
             || async {
                 let mut conn = pool.acquire().await?;
@@ -325,6 +376,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         report.published = usize::try_from(marked).unwrap_or(0);
         report.lease_lost = published.len() - report.published.min(published.len());
         report.failed = failures.len();
+        report.deferred = deferred_ids.len();
         metrics::count_by_type(metrics::OUTBOX_PUBLISHED, published_records.iter().copied());
         metrics::count_by_type(metrics::OUTBOX_FAILED, failed_records.iter().copied());
         for record in &published_records {
@@ -347,7 +399,106 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 "published events whose lease had expired; another relay may publish them again"
             );
         }
-        Ok(report)
+        if report.deferred > 0 {
+            ::metrics::counter!(metrics::OUTBOX_DEFERRED).increment(report.deferred as u64);
+        }
+        match outage {
+            Some(source) => Err(Error::BrokerUnavailable {
+                relay: relay_id.to_owned(),
+                report,
+                source: Box::new(source),
+            }),
+            None => Ok(report),
+        }
+    }
+
+    /// Publishes `messages` while renewing the lease of `records` every third of the lease
+    /// (the heartbeat), so that a slow broker does not let the lease expire under a batch still
+    /// in flight. Stops publishing, and returns no results, when the lease is about to end
+    /// without having been renewed (the database is unreachable): the batch is then left to be
+    /// given back or recovered, and no relay publishes past its lease. Returns when the lease
+    /// now ends.
+    async fn publish_under_lease(
+        &self,
+        records: &[OutboxRecord],
+        messages: &[OutboxMessage],
+    ) -> (Option<Vec<Result<(), PublishError>>>, Instant) {
+        let lease = self.config.lease;
+        let lease_end = std::sync::Mutex::new(
+            self.lease_deadline(records)
+                .unwrap_or_else(|| Instant::now() + lease),
+        );
+        let end = || {
+            *lease_end
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
+        let beat = lease / 3;
+        let heartbeat = async {
+            loop {
+                // A third of the lease after it was last set: at once for a batch claimed while
+                // the one before it was in flight.
+                let renew_at = end().checked_sub(lease - beat).unwrap_or_else(Instant::now);
+                tokio::time::sleep_until(renew_at).await;
+                let started = Instant::now();
+                let until = after(self.outbox.now(), lease);
+                let renewal = async {
+                    let mut conn = self.outbox.pool().acquire().await?;
+                    sql::renew_leases::<DB>(
+                        &mut conn,
+                        &self.outbox.config().table,
+                        &self.config.instance_id,
+                        &ids,
+                        until,
+                    )
+                    .await
+                };
+                match tokio::time::timeout(beat, renewal).await {
+                    Ok(Ok(_held)) => {
+                        *lease_end
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = started + lease;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "could not renew the lease of the batch in flight");
+                        tokio::time::sleep(beat / 5).await;
+                    }
+                    Err(_) => {
+                        tracing::warn!(relay = %self.config.instance_id, "the database did not answer the lease renewal in time");
+                    }
+                }
+            }
+        };
+        // Stops a fifth of the lease before it ends, to leave time to give the batch back.
+        let margin = lease / 5;
+        let watchdog = async {
+            loop {
+                let at = end();
+                tokio::time::sleep_until(at.checked_sub(margin).unwrap_or(at)).await;
+                if end() == at {
+                    return;
+                }
+            }
+        };
+        let grace = self.config.shutdown_grace;
+        let mut stopping = self.stopping.subscribe();
+        let stopped = async {
+            let _ = stopping.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            results = self.publish(messages) => (Some(results), end()),
+            () = stopped => {
+                tracing::warn!(relay = %self.config.instance_id, events = messages.len(), "shutting down: the batch in flight was not acknowledged within the shutdown grace; giving it back");
+                (None, end())
+            }
+            () = watchdog => {
+                tracing::warn!(relay = %self.config.instance_id, events = messages.len(), "the batch did not finish before its lease ended; giving it back");
+                (None, end())
+            }
+            () = heartbeat => (None, end()),
+        }
     }
 
     /// When the earliest lease of `records` expires, on the runtime's clock.
@@ -356,6 +507,36 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let earliest = records.iter().filter_map(|r| r.lock_until).min()?;
         let left = (earliest - now).to_std().unwrap_or(Duration::ZERO);
         Some(Instant::now() + left)
+    }
+
+    /// Gives a claimed batch back unpublished, its attempt not counted (see
+    /// [`BatchReport::deferred`]); a failure is logged, and the leases then expire and are
+    /// recovered.
+    async fn give_back(&self, records: &[OutboxRecord], reason: &str) {
+        if records.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
+        let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
+        let relay_id = self.config.instance_id.as_str();
+        let now = self.outbox.now();
+        let released = retry_transient(
+            || async {
+                let mut conn = pool.acquire().await?;
+                sql::release::<DB>(&mut conn, table, relay_id, &ids, reason, now).await
+            },
+            self.lease_deadline(records),
+        )
+        .await;
+        match released {
+            Ok(n) => {
+                ::metrics::counter!(metrics::OUTBOX_DEFERRED).increment(n);
+            }
+            Err(e) => {
+                let e = self.outbox.db_error(e);
+                tracing::warn!(relay = relay_id, error = %Chain(&e), "could not give back a claimed batch; its leases expire and are recovered");
+            }
+        }
     }
 
     /// Moves events whose lease expired (their relay died) back to failed, due after the
@@ -402,14 +583,26 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// while there are events to claim (claiming the next batch while a full one is delivered,
     /// as [`Relay::drain`] does), otherwise waits for a commit in this process, a
     /// PostgreSQL notification, or the poll interval. Database errors are logged and retried after
-    /// the poll interval; the relay does not stop for them. On shutdown the batches in flight are
-    /// finished, so no lease is left held.
+    /// the poll interval; the relay does not stop for them.
+    ///
+    /// While the broker is unavailable, the relay gives each batch back unpublished (its
+    /// attempt not counted) and pauses, from a quarter of a second doubling up to
+    /// [`RelayConfig::outage_pause`] (5 s by default), before it tries again: it publishes again
+    /// within that pause of the broker answering.
+    ///
+    /// When `shutdown` completes, the batch in flight has [`RelayConfig::shutdown_grace`] (5 s
+    /// by default) to be acknowledged; what is not is given back unpublished, as is the batch
+    /// claimed next, so `run` returns within the grace plus one database round trip and leaves
+    /// no lease held.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> BatchReport {
+        self.stopping.send_replace(false);
         self.prepare().await;
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
         let mut last_sample: Option<Instant> = None;
         let mut batch = Vec::new();
+        let mut outage: Option<Duration> = None;
+        let mut stopped = false;
         tokio::pin!(shutdown);
         loop {
             self.sample_backlog(&mut last_sample).await;
@@ -440,10 +633,34 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 }
             }
             if !batch.is_empty() {
-                let (next, delivered, overlapped) =
-                    self.deliver_and_claim(std::mem::take(&mut batch)).await;
+                let work = self.deliver_and_claim(std::mem::take(&mut batch));
+                tokio::pin!(work);
+                let (next, delivered, overlapped) = tokio::select! {
+                    done = &mut work => done,
+                    () = &mut shutdown => {
+                        stopped = true;
+                        self.stopping.send_replace(true);
+                        work.await
+                    }
+                };
                 match delivered {
-                    Ok(report) => total += report,
+                    Ok(report) => {
+                        if outage.take().is_some() {
+                            tracing::info!(relay = %self.config.instance_id, "the broker answers again; publishing");
+                        }
+                        total += report;
+                    }
+                    Err(Error::BrokerUnavailable { report, source, .. }) => {
+                        total += report;
+                        let pause = match outage {
+                            None => {
+                                tracing::warn!(relay = %self.config.instance_id, error = %Chain(&source), deferred = report.deferred, "broker unavailable; events given back unpublished, attempts not counted; pausing until it answers");
+                                OUTAGE_FIRST_PAUSE
+                            }
+                            Some(pause) => (pause * 2).min(self.config.outage_pause),
+                        };
+                        outage = Some(pause);
+                    }
                     Err(e) => {
                         tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "relay batch failed; retrying");
                         failed = true;
@@ -454,6 +671,21 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                     Err(e) => {
                         tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "relay claim failed; retrying");
                         failed = true;
+                    }
+                }
+                if stopped {
+                    break;
+                }
+                if let Some(pause) = outage {
+                    // Not published while the broker is away: give it back rather than hold it.
+                    self.give_back(
+                        &std::mem::take(&mut batch),
+                        "broker unavailable; not published",
+                    )
+                    .await;
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(pause) => continue,
                     }
                 }
                 // A claim that ran while the batch was in flight could not take the events
@@ -473,14 +705,9 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 () = tokio::time::sleep(self.config.poll_interval) => {}
             }
         }
-        if !batch.is_empty() {
-            match self.deliver(batch).await {
-                Ok(report) => total += report,
-                Err(e) => {
-                    tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "could not finish the last batch; its leases expire and another relay publishes it")
-                }
-            }
-        }
+        // The batch claimed next was not started: give it back rather than publish it now.
+        self.give_back(&batch, "relay stopped before publishing")
+            .await;
         total
     }
 

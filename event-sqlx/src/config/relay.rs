@@ -5,6 +5,15 @@ use std::time::Duration;
 
 use super::backoff::Backoff;
 
+/// The lease unless [`RelayConfig::lease`] sets another.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+/// How often a running relay recovers expired leases by default.
+pub(crate) const DEFAULT_RECOVER_INTERVAL: Duration = Duration::from_secs(5);
+/// How long after recovery an event is due by default.
+pub(crate) const DEFAULT_RECOVERY_DELAY: Duration = Duration::from_secs(5);
+/// The shortest outage pause.
+const OUTAGE_MIN_PAUSE: Duration = Duration::from_millis(250);
+
 /// How a relay runs.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -20,26 +29,32 @@ pub struct RelayConfig {
     pub(crate) cancel_exhausted: bool,
     pub(crate) max_rate: Option<u32>,
     pub(crate) metrics_interval: Duration,
+    pub(crate) outage_pause: Duration,
+    pub(crate) shutdown_grace: Duration,
 }
 
 impl RelayConfig {
     /// A relay named `instance_id` (the `locked_by` of its leases; unique per running relay):
-    /// batches of 200, 2-minute leases, per-aggregate order, the default backoff, polling every
-    /// second when idle, expired leases recovered every 30 s and retried after 1 minute.
+    /// batches of 200, 15-second leases renewed every 5 s while a batch is in flight,
+    /// per-aggregate order, the default backoff, polling every second when idle, expired leases
+    /// recovered every 5 s and retried 5 s after recovery. A relay that dies leaves its
+    /// aggregates waiting at most lease + recovery interval + recovery delay = 25 s.
     pub fn new(instance_id: impl Into<String>) -> RelayConfig {
         RelayConfig {
             instance_id: instance_id.into(),
             batch_size: 200,
-            lease: Duration::from_secs(120),
+            lease: DEFAULT_LEASE,
             poll_interval: Duration::from_secs(1),
             backoff: Backoff::default(),
-            recovery_delay: Duration::from_secs(60),
-            recover_interval: Duration::from_secs(30),
+            recovery_delay: DEFAULT_RECOVERY_DELAY,
+            recover_interval: DEFAULT_RECOVER_INTERVAL,
             ordered: true,
             critical: HashSet::new(),
             cancel_exhausted: false,
             max_rate: None,
             metrics_interval: Duration::from_secs(15),
+            outage_pause: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 
@@ -51,11 +66,29 @@ impl RelayConfig {
         self
     }
 
-    /// How long a claim holds its events. Set it above the longest publish of two batches (on
-    /// PostgreSQL and MySQL a batch is claimed while the one before it is still being published):
-    /// when it expires, another relay may publish the same events again.
+    /// How long a claim holds its events without renewal (15 s by default, at least 1 s). While
+    /// a batch is in flight the relay renews its lease every third of this (the heartbeat), so a
+    /// slow broker does not let it expire; a relay that cannot renew it (its database is
+    /// unreachable) stops publishing the batch a fifth of the lease before it ends. So the lease
+    /// bounds how long a dead relay's events wait, not how long a publish may take.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = lease.max(Duration::from_secs(1));
+        self
+    }
+
+    /// The longest pause between tries while the broker is unavailable (5 s by default): the
+    /// pause starts at a quarter of a second and doubles up to this. The events of a batch the
+    /// broker did not answer for are given back with their attempt not counted.
+    pub fn outage_pause(mut self, pause: Duration) -> Self {
+        self.outage_pause = pause.max(OUTAGE_MIN_PAUSE);
+        self
+    }
+
+    /// How long [`Relay::run`](crate::Relay::run) still waits, once its shutdown completed, for
+    /// the batch in flight to be acknowledged (5 s by default); what is not acknowledged by then
+    /// is given back unpublished and published again by the next relay.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
         self
     }
 
@@ -71,7 +104,8 @@ impl RelayConfig {
         self
     }
 
-    /// How often expired leases are recovered, and how long after recovery they are retried.
+    /// How often expired leases are recovered (every 5 s by default), and how long after
+    /// recovery they are retried (5 s by default).
     pub fn lease_recovery(mut self, every: Duration, retry_after: Duration) -> Self {
         self.recover_interval = every;
         self.recovery_delay = retry_after;

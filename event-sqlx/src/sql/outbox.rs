@@ -748,6 +748,62 @@ pub(crate) async fn mark_failed<DB: Backend>(
     Ok(affected)
 }
 
+/// In progress -> what it was before the claim, for the rows `relay_id` still holds: pending
+/// when it had never failed, failed otherwise, with its retry count and next retry time
+/// unchanged. For a batch the broker never answered for: not an attempt of these events.
+/// `reason` is kept in `fail_reason`, so that operators see why they wait.
+pub(crate) async fn release<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = CASE WHEN retry_count > 0 THEN {FAILED} \
+         ELSE {PENDING} END, fail_reason = "
+    ));
+    q.bind(reason)
+        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+            DB::DIALECT.status_guard("publish_status")
+        ))
+        .bind(relay_id)
+        .push(" AND id IN ")
+        .list(ids.iter().copied());
+    q.execute(conn).await
+}
+
+/// Moves the lease of the rows `relay_id` still holds to `until`: the heartbeat of a batch in
+/// flight. Returns how many it still held.
+pub(crate) async fn renew_leases<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    until: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!("UPDATE {table} SET lock_until = "));
+    q.bind(until)
+        .push(format!(
+            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+            DB::DIALECT.status_guard("publish_status")
+        ))
+        .bind(relay_id)
+        .push(" AND id IN ")
+        .list(ids.iter().copied());
+    q.execute(conn).await
+}
+
 /// Failed with no retries left -> cancelled.
 pub(crate) async fn cancel_exhausted<DB: Backend>(
     conn: &mut DB::Connection,
