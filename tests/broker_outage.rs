@@ -1,4 +1,5 @@
-//! NATS goes down in the middle of a run and comes back: every event arrives, once. The test runs
+//! NATS goes down in the middle of a run and comes back: every event arrives, once, and the outage
+//! spends no event's retries. The test runs
 //! its own nats-server (the shared one stays up for the other tests).
 
 use std::net::TcpListener;
@@ -97,17 +98,35 @@ async fn events_published_across_a_broker_outage_arrive_once() {
     assert_eq!(relay.run_once().await.unwrap().published, 10);
     server.kill().unwrap();
     server.wait().unwrap();
-    let down = relay.run_once().await.unwrap();
+    let down = relay.run_once().await.unwrap_err();
+    let event_sqlx::Error::BrokerUnavailable { report, .. } = &down else {
+        panic!("a broker that is down is an outage, not a failure of the events: {down:?}");
+    };
     assert_eq!(
-        (down.claimed, down.published, down.failed),
-        (10, 0, 10),
-        "{down:?}"
+        (
+            report.claimed,
+            report.published,
+            report.failed,
+            report.deferred
+        ),
+        (10, 0, 0, 10),
+        "{report:?}"
     );
-    let failed = outbox.failed_by_topic("outage", 100).await.unwrap();
-    assert_eq!(
-        failed.len(),
-        10,
-        "visible as failed, waiting for their retry"
+    assert!(down.is_transient());
+    let rows = outbox.pending(100).await.unwrap();
+    assert_eq!(rows.len(), EVENTS - 10, "given back as pending: {rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.retry_count == 0 && r.locked_by.is_none()),
+        "the outage spent no retry and left no lease: {rows:?}"
+    );
+    assert!(
+        outbox
+            .failed_by_topic("outage", 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing failed"
     );
 
     // The broker comes back with its stream; the relay's retries deliver the rest.
@@ -131,7 +150,7 @@ async fn events_published_across_a_broker_outage_arrive_once() {
             tokio::time::Instant::now() < deadline,
             "not all published after the broker came back: {counts:?}"
         );
-        relay.run_once().await.unwrap();
+        let _ = relay.run_once().await;
         // Polling the broker's return, with the deadline above.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -147,12 +166,15 @@ async fn events_published_across_a_broker_outage_arrive_once() {
         info.state.messages, EVENTS as u64,
         "every event in the stream exactly once"
     );
-    let row = outbox
-        .by_aggregate("ORDER", "o-15")
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(row.publish_status, EventStatus::Succeeded);
+    for i in 0..EVENTS {
+        let row = outbox
+            .by_aggregate("ORDER", &format!("o-{i}"))
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(row.publish_status, EventStatus::Succeeded);
+        assert_eq!(row.retry_count, 0, "o-{i}: the outage was not counted");
+    }
 
     server.kill().unwrap();
     server.wait().unwrap();

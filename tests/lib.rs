@@ -6,6 +6,7 @@
 pub mod any_broker;
 pub mod db;
 pub mod fixtures;
+pub mod proxy;
 pub mod wait;
 
 #[cfg(doctest)]

@@ -1,0 +1,356 @@
+//! Publishers under link faults, on real NATS JetStream and RabbitMQ behind a fault proxy: a batch
+//! whose acknowledgements are lost fails within one deadline (not one per message), and after
+//! every connection to the broker is cut, a running relay publishes again within seconds of the
+//! link coming back, with no event's retry count raised by the outage.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use event_core::{EventContext, UnitOfWork};
+use event_sqlx::{
+    Error, EventStatus, NatsPublisher, Outbox, OutboxConfig, Publisher, RabbitMqPublisher,
+    RelayConfig, Route,
+};
+use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
+use event_tests::fixtures::Order;
+use event_tests::proxy::{Fault, FaultProxy};
+use event_tests::wait;
+use lapin::options::{QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{FieldTable, ShortString};
+
+/// Messages per batch in the deadline tests: with one deadline per message, as before, the batch
+/// would take ten times the ack timeout.
+const BATCH: usize = 10;
+
+/// An outbox on a fresh SQLite database routing orders to `topic`.
+fn outbox_on(db: &TestDb<sqlx::Sqlite>, topic: &str) -> Outbox<sqlx::Sqlite> {
+    let route = Route {
+        channel: "MQ".into(),
+        topic: Some(topic.into()),
+        routing_key: Some("order.placed".into()),
+    };
+    Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new().route("ORDER_PLACED", route),
+    )
+}
+
+/// Places orders `{prefix}0..count`, one event each, in one commit.
+async fn place(
+    db: &TestDb<sqlx::Sqlite>,
+    outbox: &Outbox<sqlx::Sqlite>,
+    prefix: &str,
+    count: usize,
+) {
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    for i in 0..count {
+        uow.collect(&mut Order::place(&format!("{prefix}{i}"), 1).unwrap())
+            .unwrap();
+    }
+    outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+}
+
+/// `host:port` of a broker URL such as `nats://127.0.0.1:4222` or `amqp://u:p@host:5672/%2f`.
+fn socket_of(url: &str) -> SocketAddr {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    use std::net::ToSocketAddrs;
+    host_port
+        .to_socket_addrs()
+        .expect("a broker address")
+        .next()
+        .expect("one address")
+}
+
+/// The same URL pointed at `proxy`.
+fn through(url: &str, proxy: SocketAddr) -> String {
+    let target = socket_of(url);
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (format!("{auth}@"), rest),
+        None => (String::new(), rest),
+    };
+    let path = rest
+        .split_once('/')
+        .map(|(_, p)| format!("/{p}"))
+        .unwrap_or_default();
+    let _ = target;
+    format!("{scheme}://{auth}{proxy}{path}")
+}
+
+/// Every event of orders `{prefix}0..count` is published, none was counted as failed.
+async fn all_published_uncounted(
+    outbox: &Outbox<sqlx::Sqlite>,
+    prefix: &str,
+    count: usize,
+) -> Result<(), String> {
+    for i in 0..count {
+        let rows = outbox
+            .by_aggregate("ORDER", &format!("{prefix}{i}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        for row in rows {
+            if row.publish_status != EventStatus::Succeeded {
+                return Err(format!(
+                    "{} is {:?} ({:?})",
+                    row.event_no, row.publish_status, row.fail_reason
+                ));
+            }
+            assert_eq!(
+                row.retry_count, 0,
+                "{}: the outage was counted as an attempt",
+                row.event_no
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Some event of orders `{prefix}0..count` was given back because the broker was unavailable.
+async fn some_given_back(
+    outbox: &Outbox<sqlx::Sqlite>,
+    prefix: &str,
+    count: usize,
+) -> Result<(), String> {
+    for i in 0..count {
+        for row in outbox
+            .by_aggregate("ORDER", &format!("{prefix}{i}"))
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            if row
+                .fail_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("broker unavailable"))
+            {
+                return Ok(());
+            }
+        }
+    }
+    Err("no event was given back yet".into())
+}
+
+/// Runs `relay` in the background until the returned sender is dropped or sent to.
+fn running<P: Publisher + 'static>(
+    relay: event_sqlx::Relay<sqlx::Sqlite, P>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<event_sqlx::BatchReport>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    (stop, task)
+}
+
+/// A batch published into a blackhole fails, as an outage, within one deadline.
+async fn lost_acks_fail_within_one_deadline<P: Publisher>(
+    db: &TestDb<sqlx::Sqlite>,
+    outbox: &Outbox<sqlx::Sqlite>,
+    publisher: P,
+    proxy: &FaultProxy,
+    timeout: Duration,
+) {
+    place(db, outbox, "o-", BATCH).await;
+    let relay = outbox.relay(
+        publisher,
+        RelayConfig::new("blackholed").batch_size(BATCH as u32),
+    );
+    proxy.set(Fault::Blackhole);
+    let started = tokio::time::Instant::now();
+    let lost = relay.run_once().await.unwrap_err();
+    let took = started.elapsed();
+    let Error::BrokerUnavailable { report, .. } = &lost else {
+        panic!("lost acks are an outage: {lost:?}");
+    };
+    assert_eq!(
+        (report.claimed, report.deferred, report.failed),
+        (BATCH, BATCH, 0),
+        "{report:?}"
+    );
+    // One deadline for the batch, not one per message (that would be BATCH x timeout).
+    assert!(
+        took < timeout * 3,
+        "the batch took {took:?} to fail with a {timeout:?} timeout"
+    );
+    proxy.set(Fault::Pass);
+    wait::until(Duration::from_secs(20), async || {
+        let _ = relay.run_once().await;
+        all_published_uncounted(outbox, "o-", BATCH).await
+    })
+    .await;
+}
+
+/// A running relay rides out a cut of every connection to the broker.
+async fn a_cut_link_is_ridden_out<P: Publisher + 'static>(
+    db: &TestDb<sqlx::Sqlite>,
+    outbox: &Outbox<sqlx::Sqlite>,
+    publisher: P,
+    proxy: &FaultProxy,
+) {
+    let (stop, task) = running(outbox.relay(publisher, RelayConfig::new("riding").batch_size(10)));
+    place(db, outbox, "before-", 20).await;
+    wait::until(Duration::from_secs(20), async || {
+        all_published_uncounted(outbox, "before-", 20).await
+    })
+    .await;
+    let connections = proxy.accepted();
+    proxy.set(Fault::Cut);
+    place(db, outbox, "during-", 20).await;
+    wait::until(Duration::from_secs(20), async || {
+        some_given_back(outbox, "during-", 20).await
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    // Within 10 s of the link coming back, everything is out, and nothing was counted.
+    wait::until(Duration::from_secs(10), async || {
+        all_published_uncounted(outbox, "during-", 20).await
+    })
+    .await;
+    assert!(
+        proxy.accepted() > connections,
+        "the publisher connected again"
+    );
+    place(db, outbox, "after-", 5).await;
+    wait::until(Duration::from_secs(10), async || {
+        all_published_uncounted(outbox, "after-", 5).await
+    })
+    .await;
+    stop.send(()).unwrap();
+    let report = task.await.unwrap();
+    assert_eq!(report.failed, 0, "{report:?}");
+}
+
+/// A NATS publisher through a fresh proxy, with a stream for `topic`.
+async fn nats_through_proxy(
+    topic: &str,
+    ack_timeout: Duration,
+) -> Option<(NatsPublisher, FaultProxy)> {
+    let url = nats_url();
+    let direct = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
+    let stream = topic.replace('-', "_").to_uppercase();
+    direct
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(socket_of(&url)).await.unwrap();
+    let publisher = NatsPublisher::connect(&through(&url, proxy.address()))
+        .await
+        .unwrap()
+        .ack_timeout(ack_timeout);
+    Some((publisher, proxy))
+}
+
+/// A RabbitMQ publisher through a fresh proxy, with an exchange `topic` and a queue bound to it.
+async fn rabbitmq_through_proxy(
+    topic: &str,
+    confirm_timeout: Duration,
+) -> Option<(RabbitMqPublisher, FaultProxy)> {
+    let url = amqp_url();
+    let direct = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)?;
+    direct.declare_exchange(topic).await.unwrap();
+    let channel = direct.channel();
+    channel
+        .queue_declare(
+            ShortString::from(topic),
+            QueueDeclareOptions {
+                auto_delete: false,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    channel
+        .queue_bind(
+            ShortString::from(topic),
+            ShortString::from(topic),
+            ShortString::from("order.*"),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(socket_of(&url)).await.unwrap();
+    let publisher = RabbitMqPublisher::connect(&through(&url, proxy.address()))
+        .await
+        .unwrap()
+        .confirm_timeout(confirm_timeout);
+    Some((publisher, proxy))
+}
+
+/// Deletes the test's queue and exchange.
+async fn remove_rabbitmq(topic: &str) {
+    let url = amqp_url();
+    if let Ok(direct) = RabbitMqPublisher::connect(&url).await {
+        let channel = direct.channel();
+        let _ = channel
+            .queue_delete(ShortString::from(topic), Default::default())
+            .await;
+        let _ = channel
+            .exchange_delete(ShortString::from(topic), Default::default())
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_lost_acks_fail_within_one_deadline() {
+    let topic = unique("acks").replace('_', "-");
+    let timeout = Duration::from_secs(1);
+    let Some((publisher, proxy)) = nats_through_proxy(&topic, timeout).await else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, timeout).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_lost_confirms_fail_within_one_deadline() {
+    let topic = unique("confirms").replace('_', "-");
+    let timeout = Duration::from_secs(1);
+    let Some((publisher, proxy)) = rabbitmq_through_proxy(&topic, timeout).await else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, timeout).await;
+    db.cleanup().await;
+    remove_rabbitmq(&topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_relay_publishes_again_after_its_link_is_cut() {
+    let topic = unique("cut").replace('_', "-");
+    let Some((publisher, proxy)) = nats_through_proxy(&topic, Duration::from_secs(2)).await else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_relay_publishes_again_after_its_connection_is_cut() {
+    let topic = unique("cut").replace('_', "-");
+    let Some((publisher, proxy)) = rabbitmq_through_proxy(&topic, Duration::from_secs(2)).await
+    else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    db.cleanup().await;
+    remove_rabbitmq(&topic).await;
+}
