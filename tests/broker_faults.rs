@@ -169,13 +169,19 @@ async fn lost_acks_fail_within_one_deadline<P: Publisher>(
     let started = tokio::time::Instant::now();
     let lost = relay.run_once().await.unwrap_err();
     let took = started.elapsed();
-    let Error::BrokerUnavailable { report, .. } = &lost else {
+    let Error::BrokerUnavailable {
+        claimed,
+        failed,
+        deferred,
+        ..
+    } = &lost
+    else {
         panic!("lost acks are an outage: {lost:?}");
     };
     assert_eq!(
-        (report.claimed, report.deferred, report.failed),
+        (*claimed, *deferred, *failed),
         (BATCH, BATCH, 0),
-        "{report:?}"
+        "{lost:?}"
     );
     // One deadline for the batch, not one per message (that would be BATCH x timeout).
     assert!(
@@ -353,4 +359,63 @@ async fn rabbitmq_relay_publishes_again_after_its_connection_is_cut() {
     a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
     db.cleanup().await;
     remove_rabbitmq(&topic).await;
+}
+
+/// A JetStream message whose processing stopped the consumer (a bug) is given back at once, not
+/// left for the ack wait: the next drain, with the bug fixed, applies it straight away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_gives_back_at_once_what_a_stopped_consumer_did_not_process() {
+    use event_sqlx::{Consumer, Delivered, HandlerError, JetStreamSubscription};
+    use event_tests::fixtures::OrderPlaced;
+
+    let url = nats_url();
+    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+        return;
+    };
+    let topic = unique("stop").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    place(&db, &outbox, "o-", 1).await;
+    let relay = outbox.relay(publisher.clone(), RelayConfig::new("stop-relay"));
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+
+    // An ack wait far longer than the test: only a nak brings the message back in time.
+    let subscription = JetStreamSubscription::durable(
+        &publisher,
+        &stream,
+        "stop-service",
+        &format!("{topic}.>"),
+        Duration::from_secs(300),
+    )
+    .await
+    .unwrap();
+    let buggy = Consumer::new(db.pool().clone(), "stop-service", "1.0.0").on(
+        async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| {
+            Err(HandlerError::Bug("index out of bounds".into()))
+        },
+    );
+    let stopped = subscription
+        .drain(&buggy, Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        stopped.to_string().contains("stop-service stopped"),
+        "{stopped}"
+    );
+
+    let fixed = Consumer::new(db.pool().clone(), "stop-service", "1.0.1")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    let report = subscription
+        .drain(&fixed, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1, "redelivered at once: {report:?}");
+
+    publisher.jetstream().delete_stream(&stream).await.unwrap();
+    db.cleanup().await;
 }

@@ -99,18 +99,20 @@ async fn events_published_across_a_broker_outage_arrive_once() {
     server.kill().unwrap();
     server.wait().unwrap();
     let down = relay.run_once().await.unwrap_err();
-    let event_sqlx::Error::BrokerUnavailable { report, .. } = &down else {
+    let event_sqlx::Error::BrokerUnavailable {
+        claimed,
+        published,
+        failed,
+        deferred,
+        ..
+    } = &down
+    else {
         panic!("a broker that is down is an outage, not a failure of the events: {down:?}");
     };
     assert_eq!(
-        (
-            report.claimed,
-            report.published,
-            report.failed,
-            report.deferred
-        ),
+        (*claimed, *published, *failed, *deferred),
         (10, 0, 0, 10),
-        "{report:?}"
+        "{down:?}"
     );
     assert!(down.is_transient());
     let rows = outbox.pending(100).await.unwrap();

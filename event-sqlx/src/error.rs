@@ -115,17 +115,22 @@ pub enum Error {
     /// time): the events not published were given back with their attempt not counted, and the
     /// relay tries again once the broker answers. Transient.
     #[error(
-        "relay {relay}: the broker is unavailable; {} events were given back unpublished, their attempt not counted, and are published once it answers",
-        report.deferred
+        "relay {relay}: the broker is unavailable; {deferred} events were given back unpublished, their attempt not counted, and are published once it answers"
     )]
     BrokerUnavailable {
         /// The relay.
         relay: String,
-        /// What the batch did: some events may have been published before the outage.
-        report: crate::relay::BatchReport,
-        /// The first outage reported by the publisher.
+        /// Events the batch claimed.
+        claimed: usize,
+        /// Events published before the outage (and marked).
+        published: usize,
+        /// Events the broker refused, counted as failed attempts.
+        failed: usize,
+        /// Events given back unpublished.
+        deferred: usize,
+        /// The first outage reported by the publisher (a `PublishError`).
         #[source]
-        source: Box<crate::publisher::PublishError>,
+        source: BoxError,
     },
     /// A consumer must stop: its handler reported a bug, or its database or broker is gone. The
     /// message in hand was not acknowledged, so the broker delivers it again after the fix.

@@ -405,7 +405,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         match outage {
             Some(source) => Err(Error::BrokerUnavailable {
                 relay: relay_id.to_owned(),
-                report,
+                claimed: report.claimed,
+                published: report.published,
+                failed: report.failed,
+                deferred: report.deferred,
                 source: Box::new(source),
             }),
             None => Ok(report),
@@ -650,11 +653,24 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                         }
                         total += report;
                     }
-                    Err(Error::BrokerUnavailable { report, source, .. }) => {
-                        total += report;
+                    Err(Error::BrokerUnavailable {
+                        claimed,
+                        published,
+                        failed,
+                        deferred,
+                        source,
+                        ..
+                    }) => {
+                        total += BatchReport {
+                            claimed,
+                            published,
+                            failed,
+                            deferred,
+                            ..BatchReport::default()
+                        };
                         let pause = match outage {
                             None => {
-                                tracing::warn!(relay = %self.config.instance_id, error = %Chain(&source), deferred = report.deferred, "broker unavailable; events given back unpublished, attempts not counted; pausing until it answers");
+                                tracing::warn!(relay = %self.config.instance_id, error = %Chain(&*source), deferred, "broker unavailable; events given back unpublished, attempts not counted; pausing until it answers");
                                 OUTAGE_FIRST_PAUSE
                             }
                             Some(pause) => (pause * 2).min(self.config.outage_pause),
