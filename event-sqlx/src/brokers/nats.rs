@@ -231,10 +231,23 @@ fn humantime_secs(d: Duration) -> String {
 /// quarantined). A message whose processing stopped the consumer is not acknowledged, so
 /// JetStream delivers it again after the fix; so is one whose process died before its ack, and
 /// the inbox turns that redelivery into a duplicate.
-#[derive(Debug)]
+///
+/// The subscription keeps one pull stream open from its first drain until it is dropped, so a
+/// message delivered to it is processed in the order it arrived, however slow the handlers: none
+/// is dropped when a pull request expires and then redelivered after the ack wait, behind newer
+/// messages of its aggregate.
 pub struct JetStreamSubscription {
     consumer: jetstream::consumer::PullConsumer,
     batch: usize,
+    messages: tokio::sync::Mutex<Option<jetstream::consumer::pull::Stream>>,
+}
+
+impl std::fmt::Debug for JetStreamSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamSubscription")
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
 }
 
 impl JetStreamSubscription {
@@ -274,7 +287,11 @@ impl JetStreamSubscription {
             )
             .await
             .map_err(|e| fail(e.into()))?;
-        Ok(JetStreamSubscription { consumer, batch: 1 })
+        Ok(JetStreamSubscription {
+            consumer,
+            batch: 1,
+            messages: tokio::sync::Mutex::new(None),
+        })
     }
 
     /// Applies up to `size` messages in one database transaction (see
@@ -299,12 +316,13 @@ impl JetStreamSubscription {
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
     ///
-    /// One pull request at a time asks for up to a batch's worth of messages (at least 100) and
-    /// expires after `idle`; each message is processed as soon as it arrives, together with
-    /// whatever arrived with it (up to the batch size), while the request stays open for more.
-    /// A quiet stream therefore costs one request per `idle`, not one per message, and a message
-    /// never waits for a batch to fill. The drain ends when a whole request expired with nothing
-    /// delivered, so no message is left in flight to this subscription.
+    /// The first drain opens the subscription's pull stream, which asks for up to a batch's
+    /// worth of messages (at least 100) at a time and asks for more as they are processed; it
+    /// stays open between drains, so messages that arrive after one drain ends wait for the next
+    /// in order, not for the ack wait. Each message is processed as soon as it arrives, together
+    /// with whatever arrived with it (up to the batch size), so a message never waits for a
+    /// batch to fill. A chunk whose processing stops the consumer is given back at once (a
+    /// nak), not left for the ack wait.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -313,46 +331,71 @@ impl JetStreamSubscription {
         use futures_util::{FutureExt, StreamExt};
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
         let mut report = super::ConsumeReport::default();
-        let take = self.batch.max(100);
+        let mut guard = self.messages.lock().await;
+        if guard.is_none() {
+            *guard = Some(
+                self.consumer
+                    .stream()
+                    .max_messages_per_batch(self.batch.max(100))
+                    .messages()
+                    .await
+                    .map_err(|e| stopped(e.into()))?,
+            );
+        }
+        let Some(messages) = guard.as_mut() else {
+            unreachable!("the pull stream was just opened")
+        };
         loop {
-            let mut request = self
-                .consumer
-                .batch()
-                .max_messages(take)
-                .expires(idle)
-                .messages()
-                .await
-                .map_err(|e| stopped(e.into()))?;
-            let mut delivered = false;
-            // The first message of a chunk is awaited; the rest are those already here.
-            while let Some(first) = request.next().await {
-                delivered = true;
-                let mut chunk = vec![first.map_err(&stopped)?];
-                while chunk.len() < self.batch {
-                    match request.next().now_or_never() {
-                        Some(Some(message)) => chunk.push(message.map_err(&stopped)?),
-                        _ => break,
-                    }
+            let first = match tokio::time::timeout(idle, messages.next()).await {
+                Err(_) => return Ok(report),
+                Ok(None) => {
+                    *guard = None;
+                    return Err(stopped("the pull stream ended".into()));
                 }
-                super::receive_batch(
-                    consumer,
-                    &chunk,
-                    |m| &m.payload,
-                    |m| {
-                        m.headers
-                            .as_ref()
-                            .and_then(|h| h.get("Nats-Msg-Id"))
-                            .map(|v| v.as_str().to_owned())
-                    },
-                    &mut report,
-                )
-                .await?;
-                for message in &chunk {
-                    message.ack().await.map_err(&stopped)?;
+                Ok(Some(Err(e)))
+                    if e.kind()
+                        == jetstream::consumer::pull::MessagesErrorKind::MissingHeartbeat =>
+                {
+                    // The link to the server is down or slow; the client reconnects and the
+                    // stream goes on.
+                    tracing::debug!(consumer = consumer.name(), "JetStream heartbeat missed");
+                    continue;
+                }
+                Ok(Some(Err(e))) => {
+                    *guard = None;
+                    return Err(stopped(e.into()));
+                }
+                Ok(Some(Ok(message))) => message,
+            };
+            // The first message of a chunk is awaited; the rest are those already here.
+            let mut chunk = vec![first];
+            while chunk.len() < self.batch {
+                match messages.next().now_or_never() {
+                    Some(Some(Ok(message))) => chunk.push(message),
+                    _ => break,
                 }
             }
-            if !delivered {
-                return Ok(report);
+            let processed = super::receive_batch(
+                consumer,
+                &chunk,
+                |m| &m.payload,
+                |m| {
+                    m.headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Msg-Id"))
+                        .map(|v| v.as_str().to_owned())
+                },
+                &mut report,
+            )
+            .await;
+            if let Err(stop) = processed {
+                for message in &chunk {
+                    let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+                }
+                return Err(stop);
+            }
+            for message in &chunk {
+                message.ack().await.map_err(&stopped)?;
             }
         }
     }
