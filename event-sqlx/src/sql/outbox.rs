@@ -669,6 +669,17 @@ pub(crate) async fn claim<DB: Backend>(
     Ok(records)
 }
 
+/// ` WHERE ...`: the rows of `ids` that `relay_id` still holds in progress.
+fn held_by<DB: Backend>(q: &mut Sql<DB>, relay_id: &str, ids: &[i64]) {
+    q.push(format!(
+        " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+        DB::DIALECT.status_guard("publish_status")
+    ))
+    .bind(relay_id)
+    .push(" AND id IN ")
+    .list(ids.iter().copied());
+}
+
 /// In progress -> succeeded, for the rows `relay_id` still holds.
 pub(crate) async fn mark_published<DB: Backend>(
     conn: &mut DB::Connection,
@@ -685,14 +696,8 @@ pub(crate) async fn mark_published<DB: Backend>(
     ));
     q.bind(now)
         .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
-        .bind(now)
-        .push(format!(
-            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
-            DB::DIALECT.status_guard("publish_status")
-        ))
-        .bind(relay_id)
-        .push(" AND id IN ")
-        .list(ids.iter().copied());
+        .bind(now);
+    held_by(&mut q, relay_id, ids);
     q.execute(conn).await
 }
 
@@ -769,14 +774,8 @@ pub(crate) async fn release<DB: Backend>(
     ));
     q.bind(reason)
         .push(", locked_by = NULL, lock_until = NULL, update_time = ")
-        .bind(now)
-        .push(format!(
-            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
-            DB::DIALECT.status_guard("publish_status")
-        ))
-        .bind(relay_id)
-        .push(" AND id IN ")
-        .list(ids.iter().copied());
+        .bind(now);
+    held_by(&mut q, relay_id, ids);
     q.execute(conn).await
 }
 
@@ -793,14 +792,8 @@ pub(crate) async fn renew_leases<DB: Backend>(
         return Ok(0);
     }
     let mut q = Sql::<DB>::new(format!("UPDATE {table} SET lock_until = "));
-    q.bind(until)
-        .push(format!(
-            " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
-            DB::DIALECT.status_guard("publish_status")
-        ))
-        .bind(relay_id)
-        .push(" AND id IN ")
-        .list(ids.iter().copied());
+    q.bind(until);
+    held_by(&mut q, relay_id, ids);
     q.execute(conn).await
 }
 
