@@ -222,20 +222,15 @@ impl Publisher for KafkaPublisher {
             }
         };
         let _ = tokio::time::timeout(self.delivery_timeout + REPORT_GRACE, settle).await;
-        results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(PublishError::unavailable(
-                        "Kafka did not report the delivery",
-                        format!(
-                            "no report within {} s (delivery.timeout.ms)",
-                            self.delivery_timeout.as_secs_f64()
-                        ),
-                    ))
-                })
-            })
-            .collect()
+        super::settle(results, || {
+            PublishError::unavailable(
+                "Kafka did not report the delivery",
+                format!(
+                    "no report within {} s (delivery.timeout.ms)",
+                    self.delivery_timeout.as_secs_f64()
+                ),
+            )
+        })
     }
 }
 

@@ -53,6 +53,19 @@ pub use rabbitmq::{RabbitMqPublisher, RabbitMqSubscription};
 
 use crate::publisher::OutboxMessage;
 
+/// Each message's result, where a message with none (the batch's deadline passed before the
+/// broker answered for it) gets `missing`: an outage.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn settle(
+    results: Vec<Option<Result<(), crate::publisher::PublishError>>>,
+    missing: impl Fn() -> crate::publisher::PublishError,
+) -> Vec<Result<(), crate::publisher::PublishError>> {
+    results
+        .into_iter()
+        .map(|result| result.unwrap_or_else(|| Err(missing())))
+        .collect()
+}
+
 /// The headers every transport carries, besides the broker's own deduplication id.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, String)> {

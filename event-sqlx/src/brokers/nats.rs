@@ -191,21 +191,15 @@ impl NatsPublisher {
             }
         };
         let _ = tokio::time::timeout(self.ack_timeout, work).await;
-        let timeout = self.ack_timeout;
-        results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(PublishError::unavailable(
-                        format!(
-                            "NATS did not acknowledge the batch within {} (ack timeout)",
-                            humantime_secs(timeout)
-                        ),
-                        "no acknowledgement",
-                    ))
-                })
-            })
-            .collect()
+        super::settle(results, || {
+            PublishError::unavailable(
+                format!(
+                    "NATS did not acknowledge the batch within {} s (ack timeout)",
+                    self.ack_timeout.as_secs_f64()
+                ),
+                "no acknowledgement",
+            )
+        })
     }
 }
 
@@ -219,11 +213,6 @@ fn publish_failure(context: &str, e: jetstream::context::PublishError) -> Publis
         }
         _ => PublishError::with_source(context, e),
     }
-}
-
-/// `1.5 s`, for messages.
-fn humantime_secs(d: Duration) -> String {
-    format!("{} s", d.as_secs_f64())
 }
 
 /// A durable JetStream pull consumer feeding a [`Consumer`](crate::Consumer): each message is

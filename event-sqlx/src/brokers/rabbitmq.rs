@@ -337,21 +337,15 @@ impl Publisher for RabbitMqPublisher {
             self.suspect
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        let timeout = self.confirm_timeout;
-        results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(PublishError::unavailable(
-                        format!(
-                            "RabbitMQ did not confirm the batch within {} s (confirm timeout)",
-                            timeout.as_secs_f64()
-                        ),
-                        "no confirm",
-                    ))
-                })
-            })
-            .collect()
+        super::settle(results, || {
+            PublishError::unavailable(
+                format!(
+                    "RabbitMQ did not confirm the batch within {} s (confirm timeout)",
+                    self.confirm_timeout.as_secs_f64()
+                ),
+                "no confirm",
+            )
+        })
     }
 }
 
