@@ -288,12 +288,114 @@ async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
     db.cleanup().await;
 }
 
+/// The envelopes of two orders: `o-1` placed (1), paid (2), two notes (3, 4); `o-2` placed (1).
+fn two_orders() -> Vec<event_core::EventEnvelope> {
+    let mut first = Order::place("o-1", 10).unwrap();
+    first.pay(10).unwrap();
+    for n in 3..=4 {
+        first
+            .record(NoteAdded {
+                text: format!("note {n}"),
+            })
+            .unwrap();
+    }
+    let mut second = Order::place("o-2", 20).unwrap();
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    uow.collect(&mut first).unwrap();
+    uow.collect(&mut second).unwrap();
+    uow.commit()
+}
+
+/// Sent straight to the broker in the order o-1 #3, #4, o-2 #1, o-1 #2, #1 (as a broker that
+/// redelivers late would hand them over), a consumer that handles placed orders and notes but
+/// not payments applies o-1's events 1, 3, 4 in that order, and o-2's.
+async fn events_that_arrive_early_wait_for_their_predecessor(broker: &str, batch: usize) {
+    let topic = unique("early").replace('_', "-");
+    let Some((publisher, subscription)) = connect(broker, &topic, batch).await else {
+        return;
+    };
+    let db = TestDb::postgres().await.unwrap();
+    sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
+    let envelopes = two_orders();
+    let messages: Vec<event_sqlx::OutboxMessage> = [2, 3, 4, 1, 0]
+        .into_iter()
+        .map(|i: usize| {
+            let envelope = envelopes[i].clone();
+            let key = match envelope.event_type.as_str() {
+                "ORDER_PLACED" => "order.placed",
+                "ORDER_PAID" => "order.paid",
+                _ => "order.note",
+            };
+            event_sqlx::OutboxMessage {
+                message_id: envelope.event_id.to_string(),
+                envelope,
+                channel: "MQ".into(),
+                topic: Some(topic.clone()),
+                routing_key: Some(key.into()),
+                retry_count: 0,
+            }
+        })
+        .collect();
+    // One message at a time, so that the broker keeps this order.
+    for message in &messages {
+        let sent = event_sqlx::Publisher::publish(&publisher, std::slice::from_ref(message)).await;
+        assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    }
+
+    let consumer = Consumer::new(db.pool().clone(), "view", "1.0.0")
+        .in_order()
+        .on(async |tx: &mut PgConnection, e: Delivered<OrderPlaced>| record(tx, &e.envelope).await)
+        .on(async |tx: &mut PgConnection, e: Delivered<NoteAdded>| record(tx, &e.envelope).await);
+    let report = consume_until(&subscription, &consumer, async || {
+        match count(&db, "SELECT COUNT(*) FROM applied").await {
+            4 => Ok(()),
+            n => Err(format!("{n} of 4 applied")),
+        }
+    })
+    .await;
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, sequence FROM applied ORDER BY pos")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    let of = |id: &str| -> Vec<i64> {
+        rows.iter()
+            .filter(|(a, _)| a == id)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    assert_eq!(of("o-1"), [1, 3, 4], "{rows:?}");
+    assert_eq!(of("o-2"), [1], "{rows:?}");
+    assert_eq!(report.applied, 4, "{report:?}");
+    assert!(report.early >= 1, "o-1 #3 came first: {report:?}");
+    // The payment, which no handler takes, is in the inbox, so that #3 found its predecessor.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM consumed_event WHERE consumer = 'view' AND aggregate_sequence = 2"
+        )
+        .await,
+        1
+    );
+    db.cleanup().await;
+}
+
 macro_rules! on_every_broker {
     ($($broker:ident),*) => {$(
         mod $broker {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_failing_event_is_quarantined_and_its_batch_commits() {
                 super::a_failing_event_is_quarantined_and_its_batch_commits(stringify!($broker)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn events_that_arrive_early_wait_for_their_predecessor_one_at_a_time() {
+                super::events_that_arrive_early_wait_for_their_predecessor(stringify!($broker), 1).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn events_that_arrive_early_wait_for_their_predecessor_in_batches() {
+                super::events_that_arrive_early_wait_for_their_predecessor(stringify!($broker), 50).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use sqlx::Pool;
 use crate::clock::Clock;
 use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
-use crate::inbox::{Handled, Inbox, InboxError};
+use crate::inbox::{Guarded, Handled, Inbox, InboxError, OrderCheck, in_sequence};
 use crate::route::{Delivered, NoRoutes, On, OnBatch, Routes, UnknownEvents};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
@@ -27,7 +27,8 @@ fn parent_span_id(envelope: &EventEnvelope) -> Option<&str> {
     traceparent.split('-').nth(2).filter(|id| id.len() == 16)
 }
 
-/// What processing a message did. Every outcome but an error means: acknowledge the message.
+/// What processing a message did. Every outcome but [`Processed::Early`] means: acknowledge the
+/// message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Processed {
     /// The handler ran and committed.
@@ -41,6 +42,13 @@ pub enum Processed {
     /// Older than an event already applied for its aggregate; recorded in the quarantine as
     /// `stale` (only with [`Consumer::reject_stale`]).
     Stale,
+    /// Arrived before the previous sequence of its aggregate was applied: not applied and not
+    /// recorded. Do not acknowledge it: give it back to the broker to be delivered again a
+    /// little later (the subscriptions do). See [`Consumer::order_wait`].
+    Early {
+        /// The sequence the event waits for.
+        waits_for: u64,
+    },
 }
 
 impl Processed {
@@ -52,6 +60,7 @@ impl Processed {
             Processed::Ignored => "ignored",
             Processed::Quarantined(_) => "quarantined",
             Processed::Stale => "stale",
+            Processed::Early { .. } => "early",
         }
     }
 }
@@ -118,11 +127,18 @@ pub struct Consumer<DB: Backend, R = NoRoutes> {
     quarantine: TableName,
     routes: R,
     unknown: UnknownEvents,
+    order: Option<std::time::Duration>,
+    waiting: std::sync::Arc<order::Waiting>,
 }
+
+/// How long an early event waits for its aggregate's previous sequence, by default.
+const ORDER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl<DB: Backend> Consumer<DB> {
     /// The consumer `name` at `version` (recorded with quarantined events), with the upcasters
     /// registered in the program, and 3 attempts for transient failures (100 ms, 1 s backoff).
+    /// Events are applied as they arrive; [`Consumer::in_order`] applies each aggregate's
+    /// events in sequence whatever the broker redelivers.
     pub fn new(
         pool: Pool<DB>,
         name: impl Into<String>,
@@ -141,6 +157,8 @@ impl<DB: Backend> Consumer<DB> {
             quarantine: TableName::new("quarantined_event").unwrap_or_else(|_| unreachable!()),
             routes: NoRoutes,
             unknown: UnknownEvents::Ignore,
+            order: None,
+            waiting: std::sync::Arc::default(),
         }
     }
 }
@@ -193,6 +211,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
             quarantine: self.quarantine,
             routes: wrap(self.routes),
             unknown: self.unknown,
+            order: self.order,
+            waiting: self.waiting,
         }
     }
 
@@ -221,6 +241,35 @@ impl<DB: Backend, R> Consumer<DB, R> {
     /// quarantine (see [`Inbox::reject_stale`]).
     pub fn reject_stale(mut self) -> Self {
         self.inbox = self.inbox.reject_stale();
+        self
+    }
+
+    /// Applies an aggregate's event only after the previous sequence of that aggregate was
+    /// applied (or quarantined by this consumer, which settles it), whatever the broker
+    /// redelivers: for a consumer that receives every event of its aggregates.
+    ///
+    /// An event that arrives early (a redelivery overtaken by newer messages of its aggregate)
+    /// is not applied and not recorded: it is given back to the broker ([`Processed::Early`])
+    /// and tried again a little later, while other aggregates go on. Every event the consumer
+    /// receives is recorded in its inbox, those without a handler too, so that the sequences it
+    /// sees have no holes. An event whose predecessor does not come within 5 minutes (see
+    /// [`Consumer::order_wait`]) is applied anyway, with a warning and the
+    /// `event_consumer_order_gaps_total` metric.
+    ///
+    /// The guard needs every event of each aggregate: a subscription that receives only some
+    /// event types of an aggregate (a subject filter, a binding key), or one that starts in
+    /// the middle of a stream, would see holes and wait at each. Leave it off there: events are
+    /// then applied in the order the broker delivers them.
+    pub fn in_order(mut self) -> Self {
+        self.order = Some(self.order.unwrap_or(ORDER_WAIT));
+        self
+    }
+
+    /// [`Consumer::in_order`], with `wait` as the longest an early event waits for its
+    /// predecessor (5 minutes by default). Keep it longer than the broker takes to deliver
+    /// again what a dead consumer held: JetStream's ack wait, RabbitMQ's heartbeat timeout.
+    pub fn order_wait(mut self, wait: std::time::Duration) -> Self {
+        self.order = Some(wait);
         self
     }
 
@@ -259,17 +308,20 @@ impl<DB: Backend, R> Consumer<DB, R> {
             message_id,
             &Self::single(&handler),
             UnknownEvents::Ignore,
+            true,
         )
         .await
     }
 
-    /// Processes one message body with `routes`.
+    /// Processes one message body with `routes`; `ordered` applies the per-aggregate order
+    /// guard (not to replays, which an operator asked for).
     async fn process_with(
         &self,
         body: &[u8],
         message_id: Option<&str>,
         routes: &impl Routes<DB>,
         unknown: UnknownEvents,
+        ordered: bool,
     ) -> Result<Processed, Error> {
         let envelope: EventEnvelope = match serde_json::from_slice(body) {
             Ok(envelope) => envelope,
@@ -306,7 +358,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
         );
         let started = std::time::Instant::now();
         let outcome = self
-            .handle_envelope(&envelope, body, routes, unknown)
+            .handle_envelope(&envelope, body, routes, unknown, ordered)
             .instrument(span)
             .await;
         if let Ok(processed) = &outcome {
@@ -322,41 +374,88 @@ impl<DB: Backend, R> Consumer<DB, R> {
         outcome
     }
 
-    /// Handles a readable envelope: ignored, applied, a duplicate, stale, or quarantined.
+    /// Handles a readable envelope: ignored, applied, a duplicate, stale, early, or
+    /// quarantined.
     async fn handle_envelope(
         &self,
         envelope: &EventEnvelope,
         body: &[u8],
         routes: &impl Routes<DB>,
         unknown: UnknownEvents,
+        ordered: bool,
     ) -> Result<Processed, Error> {
-        if !routes.handles(&envelope.event_type) {
-            return match unknown {
-                UnknownEvents::Ignore => Ok(Processed::Ignored),
-                UnknownEvents::Quarantine => {
-                    let reason = format!(
-                        "consumer {} has no handler for event type {}",
-                        self.name(),
-                        envelope.event_type
-                    );
-                    self.quarantine_envelope(envelope, body, FailureClass::Permanent, reason, 1)
-                        .await
-                }
-            };
+        let handled = routes.handles(&envelope.event_type);
+        let order = self.order_check(envelope).filter(|_| ordered);
+        if !handled && unknown == UnknownEvents::Ignore && order.is_none() {
+            // Unguarded, nothing to record.
+            return Ok(Processed::Ignored);
         }
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let mut lost: Option<sqlx::Error> = None;
+            let order = self.order_check(envelope).filter(|_| order.is_some());
             let outcome = self
                 .inbox
-                .handle(envelope, async |tx: &mut DB::Connection| {
-                    routes.dispatch(tx, envelope, &self.upcasters).await
+                .handle_guarded(envelope, order, async |tx: &mut DB::Connection| {
+                    if handled {
+                        routes.dispatch(tx, envelope, &self.upcasters).await
+                    } else if unknown == UnknownEvents::Quarantine {
+                        Err(HandlerError::Permanent(format!(
+                            "consumer {} has no handler for event type {}",
+                            self.name(),
+                            envelope.event_type
+                        )))
+                    } else {
+                        // Recorded without an effect, so the next sequence finds this one.
+                        Ok(())
+                    }
                 })
                 .await;
             let transient = match outcome {
-                Ok(Handled::Applied(())) => return Ok(Processed::Applied),
-                Ok(Handled::Duplicate) => return Ok(Processed::Duplicate),
-                Ok(Handled::Stale { last_applied }) => {
+                Ok(Guarded {
+                    handled: Handled::Applied(()),
+                    gap,
+                }) => {
+                    self.waiting.done(envelope);
+                    if let Some(last_applied) = gap {
+                        self.report_gap(envelope, last_applied);
+                    }
+                    return Ok(if handled {
+                        Processed::Applied
+                    } else {
+                        Processed::Ignored
+                    });
+                }
+                Ok(Guarded {
+                    handled: Handled::Duplicate,
+                    ..
+                }) => {
+                    self.waiting.done(envelope);
+                    return Ok(Processed::Duplicate);
+                }
+                Ok(Guarded {
+                    handled: Handled::Early { last_applied },
+                    ..
+                }) => {
+                    self.waiting.early(envelope, self.inbox.now());
+                    let waits_for = last_applied.map_or(1, |last| last + 1);
+                    tracing::debug!(
+                        consumer = self.name(),
+                        event_id = %envelope.event_id,
+                        aggregate_type = %envelope.aggregate_type,
+                        aggregate_id = %envelope.aggregate_id,
+                        sequence = envelope.aggregate_sequence,
+                        waits_for,
+                        "event arrived before its predecessor; given back"
+                    );
+                    return Ok(Processed::Early { waits_for });
+                }
+                Ok(Guarded {
+                    handled: Handled::Stale { last_applied },
+                    ..
+                }) => {
+                    self.waiting.done(envelope);
                     let reason = format!(
                         "sequence {} of {} {} arrived after sequence {last_applied} was applied",
                         envelope.aggregate_sequence, envelope.aggregate_type, envelope.aggregate_id
@@ -387,9 +486,19 @@ impl<DB: Backend, R> Consumer<DB, R> {
                         .await;
                 }
                 Err(InboxError::Handler(HandlerError::Transient(reason))) => reason,
-                Err(InboxError::Database { source, .. }) => source.to_string(),
+                Err(InboxError::Database { source, .. }) => {
+                    let reason = source.to_string();
+                    lost = crate::error::connection_lost(&source).then_some(source);
+                    reason
+                }
             };
             if attempt >= self.attempts {
+                // A database that is down is not a failure of the event: nothing is
+                // quarantined, the caller gives the event back and tries again later.
+                if let Some(source) = lost.take() {
+                    return Err(Error::database(self.inbox.table_name(), source));
+                }
+                self.database_answers().await?;
                 return self
                     .quarantine_envelope(
                         envelope,
@@ -402,6 +511,53 @@ impl<DB: Backend, R> Consumer<DB, R> {
             }
             tokio::time::sleep(self.retries.delay(attempt)).await;
         }
+    }
+
+    /// Whether the database answers, asked before a transiently failing event is quarantined:
+    /// a handler that failed because its connection broke is not at fault, and its event is
+    /// given back (the error is transient) rather than quarantined.
+    async fn database_answers(&self) -> Result<(), Error> {
+        let probe = async {
+            let mut conn = self.inbox.pool().acquire().await?;
+            crate::sql::dialect::Sql::<DB>::new("SELECT 1")
+                .execute(&mut *conn)
+                .await
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(10), probe).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Error::database(self.inbox.table_name(), e)),
+            Err(_) => Err(Error::database(
+                self.inbox.table_name(),
+                sqlx::Error::PoolTimedOut,
+            )),
+        }
+    }
+
+    /// The order guard for `envelope`, if this consumer keeps order: what this process settled
+    /// of its aggregate, and whether it waited long enough to be applied without its
+    /// predecessor.
+    fn order_check(&self, envelope: &EventEnvelope) -> Option<OrderCheck> {
+        let wait = self.order?;
+        Some(self.waiting.check(envelope, self.inbox.now(), wait))
+    }
+
+    /// Says that `envelope` was applied without its predecessor, which did not come in time.
+    fn report_gap(&self, envelope: &EventEnvelope, last_applied: Option<u64>) {
+        ::metrics::counter!(metrics::CONSUMER_ORDER_GAPS, "consumer" => self.name().to_owned())
+            .increment(1);
+        let wait = self.order.unwrap_or_default();
+        tracing::warn!(
+            consumer = self.name(),
+            event_id = %envelope.event_id,
+            "applied sequence {} of {} {} without sequence {}, which did not arrive within {:?}; \
+             if this consumer does not receive every event of the aggregate, build it without \
+             `.in_order()`",
+            envelope.aggregate_sequence,
+            envelope.aggregate_type,
+            envelope.aggregate_id,
+            last_applied.map_or(1, |last| last + 1),
+            wait,
+        );
     }
 
     /// Quarantined events of this consumer, oldest first.
@@ -501,6 +657,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                     Some(&record.event_id),
                     routes,
                     UnknownEvents::Ignore,
+                    false,
                 )
                 .await?;
             let mut conn = self.conn().await?;
@@ -590,15 +747,19 @@ impl<DB: Backend, R> Consumer<DB, R> {
         reason: String,
         attempts: u32,
     ) -> Result<Processed, Error> {
-        self.quarantine(
-            envelope.event_id.to_string(),
-            Some(envelope.event_type.clone()),
-            body,
-            class,
-            reason,
-            attempts,
-        )
-        .await
+        let quarantined = self
+            .quarantine(
+                envelope.event_id.to_string(),
+                Some(envelope.event_type.clone()),
+                body,
+                class,
+                reason,
+                attempts,
+            )
+            .await?;
+        // A quarantined event settles its aggregate's order: the next sequence goes on.
+        self.waiting.settle(envelope);
+        Ok(quarantined)
     }
 
     async fn quarantine(
@@ -638,6 +799,107 @@ impl<DB: Backend, R> Consumer<DB, R> {
     }
 }
 
+mod order {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
+
+    use chrono::{DateTime, Utc};
+    use event_core::EventEnvelope;
+
+    use crate::inbox::OrderCheck;
+
+    /// At most this many events waiting, and aggregates settled, are remembered; past it the
+    /// oldest memory goes (a wait starts again, a settled sequence waits for the bound).
+    const CAPACITY: usize = 100_000;
+
+    /// What a consumer remembers for its order guard: when each early event was first given
+    /// back, and the sequences of aggregates it settled by quarantining them.
+    #[derive(Debug, Default)]
+    pub(super) struct Waiting {
+        state: Mutex<State>,
+    }
+
+    #[derive(Debug, Default)]
+    struct State {
+        first_early: HashMap<String, DateTime<Utc>>,
+        settled: HashMap<(String, String), u64>,
+    }
+
+    fn key(envelope: &EventEnvelope) -> (String, String) {
+        (
+            envelope.aggregate_type.clone(),
+            envelope.aggregate_id.clone(),
+        )
+    }
+
+    impl Waiting {
+        fn state(&self) -> std::sync::MutexGuard<'_, State> {
+            self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(super) fn check(
+            &self,
+            envelope: &EventEnvelope,
+            now: DateTime<Utc>,
+            wait: std::time::Duration,
+        ) -> OrderCheck {
+            let state = self.state();
+            let settled = if state.settled.is_empty() {
+                None
+            } else {
+                state.settled.get(&key(envelope)).copied()
+            };
+            let accept_gap = state
+                .first_early
+                .get(envelope.event_id.as_str())
+                .is_some_and(|first| (now - *first).to_std().unwrap_or_default() >= wait);
+            OrderCheck {
+                settled,
+                accept_gap,
+            }
+        }
+
+        pub(super) fn early(&self, envelope: &EventEnvelope, now: DateTime<Utc>) {
+            let mut state = self.state();
+            if state.first_early.len() >= CAPACITY
+                && !state.first_early.contains_key(envelope.event_id.as_str())
+            {
+                forget_oldest(&mut state.first_early);
+            }
+            state
+                .first_early
+                .entry(envelope.event_id.to_string())
+                .or_insert(now);
+        }
+
+        pub(super) fn done(&self, envelope: &EventEnvelope) {
+            let mut state = self.state();
+            if !state.first_early.is_empty() {
+                state.first_early.remove(envelope.event_id.as_str());
+            }
+        }
+
+        pub(super) fn settle(&self, envelope: &EventEnvelope) {
+            let mut state = self.state();
+            state.first_early.remove(envelope.event_id.as_str());
+            if state.settled.len() >= CAPACITY {
+                state.settled.clear();
+            }
+            let settled = state.settled.entry(key(envelope)).or_insert(0);
+            *settled = (*settled).max(envelope.aggregate_sequence);
+        }
+    }
+
+    /// Drops the older half of the waits.
+    fn forget_oldest(first_early: &mut HashMap<String, DateTime<Utc>>) {
+        let mut times: Vec<DateTime<Utc>> = first_early.values().copied().collect();
+        times.sort_unstable();
+        if let Some(&cut) = times.get(times.len() / 2) {
+            first_early.retain(|_, first| *first > cut);
+        }
+    }
+}
+
 mod body_digest {
     /// A stable name for a body that is not an envelope: `body:` and 16 hex digits of FNV-1a.
     pub(super) fn digest(body: &[u8]) -> String {
@@ -654,7 +916,7 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
     /// Processes one message body (the envelope's JSON) with the consumer's handlers.
     /// `message_id` is the broker's id, used to name a body that cannot be read.
     pub async fn receive(&self, body: &[u8], message_id: Option<&str>) -> Result<Processed, Error> {
-        self.process_with(body, message_id, &self.routes, self.unknown)
+        self.process_with(body, message_id, &self.routes, self.unknown, true)
             .await
     }
 
@@ -688,7 +950,7 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         for (i, message) in messages.iter().enumerate() {
             match serde_json::from_slice::<EventEnvelope>(message.body) {
                 Ok(envelope)
-                    if self.routes.handles(&envelope.event_type) && !self.inbox.rejects_stale() =>
+                    if self.batches(&envelope.event_type) && !self.inbox.rejects_stale() =>
                 {
                     if ids.insert(envelope.event_id.to_string()) {
                         batch.push((i, envelope));
@@ -821,26 +1083,106 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         Ok(())
     }
 
+    /// Whether events of `event_type` go into a batch transaction: those a handler takes, and,
+    /// when the order guard is on, those recorded without an effect.
+    fn batches(&self, event_type: &str) -> bool {
+        self.routes.handles(event_type)
+            || (self.order.is_some() && self.unknown == UnknownEvents::Ignore)
+    }
+
+    /// Which events of a batch the order guard lets through: each aggregate's applied sequence
+    /// read once, then carried along the batch. Returns the indices of those ready, and marks
+    /// the others early in `processed`; `gaps` gets those applied past a missing predecessor.
+    async fn order_batch(
+        &self,
+        tx: &mut DB::Connection,
+        envelopes: &[&EventEnvelope],
+        processed: &mut [Processed],
+        gaps: &mut Vec<(usize, Option<u64>)>,
+    ) -> Result<Vec<usize>, sqlx::Error> {
+        use std::collections::HashMap;
+        let mut aggregates: Vec<(&str, &str)> = envelopes
+            .iter()
+            .filter(|e| e.aggregate_sequence > 1)
+            .map(|e| (e.aggregate_type.as_str(), e.aggregate_id.as_str()))
+            .collect();
+        aggregates.sort_unstable();
+        aggregates.dedup();
+        let last = sql::last_applied_sequences::<DB>(
+            tx,
+            self.inbox.table_name(),
+            self.name(),
+            &aggregates,
+        )
+        .await?;
+        let mut known: HashMap<(&str, &str), Option<u64>> = HashMap::new();
+        let mut ready = Vec::with_capacity(envelopes.len());
+        for (k, envelope) in envelopes.iter().enumerate() {
+            let check = self.order_check(envelope).unwrap_or_default();
+            let aggregate = (
+                envelope.aggregate_type.as_str(),
+                envelope.aggregate_id.as_str(),
+            );
+            let known = known.entry(aggregate).or_insert_with(|| {
+                last.get(&(aggregate.0.to_owned(), aggregate.1.to_owned()))
+                    .and_then(|&last| u64::try_from(last).ok())
+                    .max(check.settled)
+            });
+            let sequence = envelope.aggregate_sequence;
+            if in_sequence(sequence, *known) || check.accept_gap {
+                if !in_sequence(sequence, *known) {
+                    gaps.push((k, *known));
+                }
+                *known = Some(known.map_or(sequence, |known| known.max(sequence)));
+                ready.push(k);
+            } else {
+                processed[k] = Processed::Early {
+                    waits_for: known.map_or(1, |last| last + 1),
+                };
+            }
+        }
+        Ok(ready)
+    }
+
     /// One transaction over `batch`: the multi-row inbox insert, then each new event's handler.
     async fn try_batch(&self, batch: &[(usize, EventEnvelope)]) -> Result<BatchRun, sqlx::Error> {
         let mut tx = self.inbox.pool().begin().await?;
         let envelopes: Vec<&EventEnvelope> = batch.iter().map(|(_, e)| e).collect();
-        let new = sql::insert_consumed_batch::<DB>(
-            &mut tx,
-            self.inbox.table_name(),
-            self.name(),
-            &envelopes,
-            self.inbox.now(),
-        )
-        .await?;
         let mut processed = vec![Processed::Duplicate; batch.len()];
-        let fresh: Vec<usize> = (0..envelopes.len())
+        let mut gaps = Vec::new();
+        let ready: Vec<usize> = if self.order.is_some() {
+            self.order_batch(&mut tx, &envelopes, &mut processed, &mut gaps)
+                .await?
+        } else {
+            (0..envelopes.len()).collect()
+        };
+        let to_insert: Vec<&EventEnvelope> = ready.iter().map(|k| envelopes[*k]).collect();
+        let new = if to_insert.is_empty() {
+            std::collections::HashSet::new()
+        } else {
+            sql::insert_consumed_batch::<DB>(
+                &mut tx,
+                self.inbox.table_name(),
+                self.name(),
+                &to_insert,
+                self.inbox.now(),
+            )
+            .await?
+        };
+        let fresh: Vec<usize> = ready
+            .into_iter()
             .filter(|k| new.contains(envelopes[*k].event_id.as_str()))
             .collect();
         let mut at = 0;
         while at < fresh.len() {
             let k = fresh[at];
             let envelope = envelopes[k];
+            if !self.routes.handles(&envelope.event_type) {
+                // Recorded without an effect, for the order guard.
+                processed[k] = Processed::Ignored;
+                at += 1;
+                continue;
+            }
             if self.routes.takes_batches(&envelope.event_type) {
                 // The run of new events of this type that follow: one call.
                 let mut end = at + 1;
@@ -891,6 +1233,16 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
             at += 1;
         }
         tx.commit().await?;
+        let now = self.inbox.now();
+        for (envelope, outcome) in envelopes.iter().zip(&processed) {
+            match outcome {
+                Processed::Early { .. } => self.waiting.early(envelope, now),
+                _ => self.waiting.done(envelope),
+            }
+        }
+        for (k, last_applied) in gaps {
+            self.report_gap(envelopes[k], last_applied);
+        }
         Ok(BatchRun::Committed(processed))
     }
 
@@ -981,6 +1333,8 @@ impl<DB: Backend, R: Clone> Clone for Consumer<DB, R> {
             quarantine: self.quarantine.clone(),
             routes: self.routes.clone(),
             unknown: self.unknown,
+            order: self.order,
+            waiting: std::sync::Arc::clone(&self.waiting),
         }
     }
 }

@@ -25,6 +25,36 @@ pub enum Handled<T> {
         /// The sequence already applied.
         last_applied: u64,
     },
+    /// The previous sequence of the event's aggregate was not applied yet (only with
+    /// [`Inbox::in_order`]): the handler did not run and nothing was recorded. Deliver the
+    /// event again later.
+    Early {
+        /// The highest sequence of the aggregate applied so far, if any.
+        last_applied: Option<u64>,
+    },
+}
+
+/// What the per-aggregate order guard of one delivery knows besides the inbox.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OrderCheck {
+    /// A sequence of the aggregate settled without an inbox record (quarantined here).
+    pub(crate) settled: Option<u64>,
+    /// The event waited long enough: apply it even if its predecessor is missing.
+    pub(crate) accept_gap: bool,
+}
+
+/// How a guarded delivery went: the outcome, and for an event applied without its
+/// predecessor, the highest sequence that had been applied (`Some(None)`: none).
+pub(crate) struct Guarded<T> {
+    pub(crate) handled: Handled<T>,
+    pub(crate) gap: Option<Option<u64>>,
+}
+
+/// Whether `sequence` may be applied after `known`, the highest sequence of its aggregate
+/// applied (or settled) so far. Sequence 0 (an event of no aggregate) and 1 have no
+/// predecessor; an event at or below `known` is late, not early.
+pub(crate) fn in_sequence(sequence: u64, known: Option<u64>) -> bool {
+    sequence <= 1 || known.is_some_and(|known| sequence <= known.saturating_add(1))
 }
 
 /// Why a delivery was not handled. Nothing of it was committed.
@@ -71,6 +101,7 @@ pub struct Inbox<DB: Backend> {
     consumer: String,
     table: TableName,
     reject_stale: bool,
+    in_order: bool,
     clock: SharedClock,
 }
 
@@ -82,6 +113,7 @@ impl<DB: Backend> Inbox<DB> {
             consumer: consumer.into(),
             table: TableName::new("consumed_event").unwrap_or_else(|_| unreachable!()),
             reject_stale: false,
+            in_order: false,
             clock: clock::system(),
         }
     }
@@ -104,6 +136,17 @@ impl<DB: Backend> Inbox<DB> {
     /// each event; a consumer that accumulates must see every event and leaves this off.
     pub fn reject_stale(mut self) -> Self {
         self.reject_stale = true;
+        self
+    }
+
+    /// Applies an aggregate's event only after the previous sequence of that aggregate was
+    /// applied: an event that arrives early is not handled and not recorded, and
+    /// [`Inbox::handle`] returns [`Handled::Early`] for the caller to deliver it again later.
+    /// Every event of the aggregate must pass through this inbox (record the ones without an
+    /// effect with a handler that does nothing), or the sequences it sees have holes.
+    /// [`Consumer`](crate::Consumer) does this by default, and waits a bounded time.
+    pub fn in_order(mut self) -> Self {
+        self.in_order = true;
         self
     }
 
@@ -156,10 +199,22 @@ impl<DB: Backend> Inbox<DB> {
         envelope: &EventEnvelope,
         handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
     ) -> Result<Handled<T>, InboxError<E>> {
+        let order = self.in_order.then(OrderCheck::default);
+        Ok(self.handle_guarded(envelope, order, handler).await?.handled)
+    }
+
+    /// [`Inbox::handle`], with the per-aggregate order guard when `order` is given.
+    pub(crate) async fn handle_guarded<T, E>(
+        &self,
+        envelope: &EventEnvelope,
+        order: Option<OrderCheck>,
+        handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
+    ) -> Result<Guarded<T>, InboxError<E>> {
         let db = |source| InboxError::Database {
             table: self.table.to_string(),
             source,
         };
+        let done = |handled| Guarded { handled, gap: None };
         let mut tx = self.pool.begin().await.map_err(db)?;
         let first =
             sql::insert_consumed::<DB>(&mut tx, &self.table, &self.consumer, envelope, self.now())
@@ -167,24 +222,41 @@ impl<DB: Backend> Inbox<DB> {
                 .map_err(db)?;
         if !first {
             tx.rollback().await.map_err(db)?;
-            return Ok(Handled::Duplicate);
+            return Ok(done(Handled::Duplicate));
         }
-        if self.reject_stale {
+        let ordered = order.filter(|_| envelope.aggregate_sequence > 1);
+        let mut gap = None;
+        if self.reject_stale || ordered.is_some() {
             let last =
                 sql::last_applied_sequence::<DB>(&mut tx, &self.table, &self.consumer, envelope)
                     .await
-                    .map_err(db)?;
-            if let Some(last) = last
-                .and_then(|last| u64::try_from(last).ok())
-                .filter(|&last| last > envelope.aggregate_sequence)
+                    .map_err(db)?
+                    .and_then(|last| u64::try_from(last).ok());
+            if self.reject_stale
+                && let Some(last) = last.filter(|&last| last > envelope.aggregate_sequence)
             {
                 tx.rollback().await.map_err(db)?;
-                return Ok(Handled::Stale { last_applied: last });
+                return Ok(done(Handled::Stale { last_applied: last }));
+            }
+            if let Some(order) = ordered {
+                let known = last.max(order.settled);
+                if !in_sequence(envelope.aggregate_sequence, known) {
+                    if !order.accept_gap {
+                        tx.rollback().await.map_err(db)?;
+                        return Ok(done(Handled::Early {
+                            last_applied: known,
+                        }));
+                    }
+                    gap = Some(known);
+                }
             }
         }
         let value = handler(&mut tx).await.map_err(InboxError::Handler)?;
         tx.commit().await.map_err(db)?;
-        Ok(Handled::Applied(value))
+        Ok(Guarded {
+            handled: Handled::Applied(value),
+            gap,
+        })
     }
 }
 
@@ -195,6 +267,7 @@ impl<DB: Backend> Clone for Inbox<DB> {
             consumer: self.consumer.clone(),
             table: self.table.clone(),
             reject_stale: self.reject_stale,
+            in_order: self.in_order,
             clock: Arc::clone(&self.clock),
         }
     }

@@ -18,7 +18,8 @@
 //! | `event_outbox_publish_latency_seconds` | histogram | `topic` | commit to publish acknowledged |
 //! | `event_outbox_backlog` | gauge | `status` = `pending`, `failed`, `stuck` | rows per state, sampled |
 //! | `event_outbox_oldest_pending_age_seconds` | gauge | | age of the oldest pending event, sampled |
-//! | `event_consumer_events_total` | counter | `consumer`, `event_type`, `outcome` | `applied`, `duplicate`, `ignored`, `quarantined`, `stale` |
+//! | `event_consumer_events_total` | counter | `consumer`, `event_type`, `outcome` | `applied`, `duplicate`, `ignored`, `quarantined`, `stale`, `early` (given back: its aggregate's previous sequence was not applied yet) |
+//! | `event_consumer_order_gaps_total` | counter | `consumer` | events applied without their predecessor, which did not arrive within [`Consumer::order_wait`](crate::Consumer::order_wait) |
 //! | `event_consumer_handle_seconds` | histogram | `consumer` | one event's handling, inbox transaction included |
 //! | `event_consumer_batch_size` | histogram | `consumer` | events per batch transaction ([`Consumer::receive_batch`](crate::Consumer::receive_batch)) |
 //! | `event_consumer_batch_seconds` | histogram | `consumer` | one batch transaction, commit included |
@@ -67,6 +68,8 @@ pub const CONSUMER_HANDLE_SECONDS: &str = "event_consumer_handle_seconds";
 pub const CONSUMER_BATCH_SIZE: &str = "event_consumer_batch_size";
 /// One batch transaction of a batched consumer, in seconds.
 pub const CONSUMER_BATCH_SECONDS: &str = "event_consumer_batch_seconds";
+/// Events applied without their aggregate's previous sequence, which did not come in time.
+pub const CONSUMER_ORDER_GAPS: &str = "event_consumer_order_gaps_total";
 /// Requeued quarantine entries replayed by the running consumer.
 pub const CONSUMER_REQUEUED_REPLAYED: &str = "event_consumer_requeued_replayed_total";
 /// What the message worker did, by `outcome`.
@@ -134,6 +137,10 @@ pub fn describe() {
         CONSUMER_BATCH_SECONDS,
         Unit::Seconds,
         "One batch transaction of a batched consumer, commit included."
+    );
+    describe_counter!(
+        CONSUMER_ORDER_GAPS,
+        "Events applied without their aggregate's previous sequence, which did not arrive in time."
     );
     describe_counter!(
         CONSUMER_REQUEUED_REPLAYED,

@@ -54,8 +54,9 @@ impl<E> Deref for Delivered<E> {
 /// What a consumer does with an event type it has no handler for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum UnknownEvents {
-    /// Acknowledge it without recording anything: the stream carries events for other
-    /// consumers too. The default.
+    /// Acknowledge it without an effect: the stream carries events for other consumers too.
+    /// The default. A consumer that keeps each aggregate's order records it in its inbox, so
+    /// that the aggregate's next sequence finds it.
     #[default]
     Ignore,
     /// Put it in the quarantine as a permanent failure, for an operator: every event on the

@@ -274,6 +274,38 @@ pub struct KafkaSubscription {
     consumer: StreamConsumer,
     address: String,
     batch: usize,
+    held: tokio::sync::Mutex<Held>,
+}
+
+/// Messages held back because they arrived before their aggregate's previous sequence was
+/// applied, and the next offset processed per partition; the offset committed for a partition
+/// stops at its first held message.
+#[derive(Debug, Default)]
+struct Held {
+    messages: Vec<rdkafka::message::OwnedMessage>,
+    processed: BTreeMap<(String, i32), i64>,
+}
+
+impl Held {
+    /// The offsets to commit for `partitions`: the next processed, or the first held.
+    fn offsets(&self, partitions: &[(String, i32)]) -> Vec<((String, i32), i64)> {
+        partitions
+            .iter()
+            .filter_map(|partition| {
+                let next = *self.processed.get(partition)?;
+                let first_held = self
+                    .messages
+                    .iter()
+                    .filter(|m| (m.topic(), m.partition()) == (partition.0.as_str(), partition.1))
+                    .map(|m| m.offset())
+                    .min();
+                Some((
+                    partition.clone(),
+                    first_held.map_or(next, |held| held.min(next)),
+                ))
+            })
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for KafkaSubscription {
@@ -332,6 +364,7 @@ impl KafkaSubscription {
             consumer,
             address: bootstrap.to_owned(),
             batch: 1,
+            held: tokio::sync::Mutex::new(Held::default()),
         })
     }
 
@@ -345,7 +378,8 @@ impl KafkaSubscription {
     }
 
     /// Processes messages until `shutdown` completes (the batch in hand is finished first), and
-    /// reports what it did. A consumer that must stop (a bug) returns the error.
+    /// reports what it did. While the database is unavailable it pauses (250 ms, doubling up to
+    /// 5 s) and goes on; a consumer that must stop (a bug, a broker failure) returns the error.
     pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -356,26 +390,45 @@ impl KafkaSubscription {
 
     /// Processes messages until none arrives for `idle`, and reports what it did. The group's
     /// first join can take seconds: give the first drain a long `idle`.
+    ///
+    /// A message that arrives before its aggregate's previous sequence was applied
+    /// ([`Processed::Early`](crate::Processed::Early)) is held and tried again after the next
+    /// batch and every quarter second, while the others go on; its partition's committed offset
+    /// stays at it until it is processed.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
         idle: Duration,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::FutureExt;
-        let stopped = |e: KafkaError| Error::stopped(consumer.name(), "Kafka failed", e);
         let mut report = super::ConsumeReport::default();
+        let mut held = self.held.lock().await;
+        let mut quiet = Duration::ZERO;
         loop {
+            let wait = if held.messages.is_empty() {
+                idle
+            } else {
+                super::EARLY_RETRY.min(idle)
+            };
             // librdkafka reconnects by itself: an error here (a broker restarting, a group
             // rebalancing) is reported and consuming goes on; only the consumer's own errors
             // stop it.
-            let mut batch = match tokio::time::timeout(idle, self.consumer.recv()).await {
-                Err(_) => return Ok(report),
+            let mut batch = match tokio::time::timeout(wait, self.consumer.recv()).await {
+                Err(_) => {
+                    quiet += wait;
+                    self.retry_held(consumer, &mut held, &mut report).await?;
+                    if quiet >= idle {
+                        return Ok(report);
+                    }
+                    continue;
+                }
                 Ok(Ok(message)) => vec![message],
                 Ok(Err(e)) => {
                     tracing::warn!(consumer = consumer.name(), error = %e, "Kafka consumer error; librdkafka retries");
                     continue;
                 }
             };
+            quiet = Duration::ZERO;
             while batch.len() < self.batch {
                 match self.consumer.recv().now_or_never() {
                     Some(Ok(message)) => batch.push(message),
@@ -386,37 +439,121 @@ impl KafkaSubscription {
                     None => break,
                 }
             }
-            super::receive_batch(
+            let early = match super::receive_batch(
                 consumer,
                 &batch,
                 |m| m.payload().unwrap_or_default(),
                 message_id,
                 &mut report,
             )
-            .await?;
-            // The next offset to read, per partition: the highest processed plus one.
-            let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
-            for m in &batch {
-                let offset = next.entry((m.topic(), m.partition())).or_insert(0);
-                *offset = (*offset).max(m.offset() + 1);
+            .await
+            {
+                Ok(early) => early,
+                Err(e) => {
+                    // Not committed, and already read: held, so that the next drain tries
+                    // them again (the inbox finds what was committed a duplicate).
+                    for m in &batch {
+                        let next = held
+                            .processed
+                            .entry((m.topic().to_owned(), m.partition()))
+                            .or_insert(0);
+                        *next = (*next).max(m.offset() + 1);
+                        held.messages.push(m.detach());
+                    }
+                    return Err(e);
+                }
+            };
+            let had_held = !held.messages.is_empty();
+            let mut partitions = Vec::new();
+            for (m, early) in batch.iter().zip(early) {
+                let partition = (m.topic().to_owned(), m.partition());
+                let next = held.processed.entry(partition.clone()).or_insert(0);
+                *next = (*next).max(m.offset() + 1);
+                partitions.push(partition);
+                if early {
+                    held.messages.push(m.detach());
+                }
             }
-            let mut offsets = TopicPartitionList::new();
-            for ((topic, partition), offset) in next {
-                offsets
-                    .add_partition_offset(topic, partition, Offset::Offset(offset))
-                    .map_err(&stopped)?;
+            if had_held {
+                // The batch may have applied what they waited for.
+                self.retry_held(consumer, &mut held, &mut report).await?;
             }
-            // A commit that fails (no coordinator while the broker restarts) is made good by the
-            // next one; until then a restart redelivers, and the inbox finds duplicates.
-            if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
-                tracing::warn!(consumer = consumer.name(), error = %e, "could not commit Kafka offsets; the next batch commits them");
+            partitions.sort_unstable();
+            partitions.dedup();
+            self.commit(consumer, &held, &partitions);
+        }
+    }
+
+    /// Tries the held messages again, keeps those still early, and commits the offsets they
+    /// held back.
+    async fn retry_held<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        held: &mut Held,
+        report: &mut super::ConsumeReport,
+    ) -> Result<(), Error> {
+        if held.messages.is_empty() {
+            return Ok(());
+        }
+        let messages = std::mem::take(&mut held.messages);
+        let early = super::receive_batch(
+            consumer,
+            &messages,
+            |m| m.payload().unwrap_or_default(),
+            message_id,
+            report,
+        )
+        .await;
+        let early = match early {
+            Ok(early) => early,
+            Err(e) => {
+                held.messages = messages;
+                return Err(e);
             }
+        };
+        let mut partitions: Vec<(String, i32)> = messages
+            .iter()
+            .map(|m| (m.topic().to_owned(), m.partition()))
+            .collect();
+        held.messages = messages
+            .into_iter()
+            .zip(early)
+            .filter_map(|(m, early)| early.then_some(m))
+            .collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        self.commit(consumer, held, &partitions);
+        Ok(())
+    }
+
+    /// Commits the offsets of `partitions` up to their first held message.
+    fn commit<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        held: &Held,
+        partitions: &[(String, i32)],
+    ) {
+        let mut offsets = TopicPartitionList::new();
+        for ((topic, partition), offset) in held.offsets(partitions) {
+            if let Err(e) = offsets.add_partition_offset(&topic, partition, Offset::Offset(offset))
+            {
+                tracing::warn!(consumer = consumer.name(), error = %e, "could not name a Kafka offset to commit");
+                return;
+            }
+        }
+        if offsets.count() == 0 {
+            return;
+        }
+        // A commit that fails (no coordinator while the broker restarts) is made good by the
+        // next one; until then a restart redelivers, and the inbox finds duplicates.
+        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
+            tracing::warn!(consumer = consumer.name(), error = %e, "could not commit Kafka offsets; the next batch commits them");
         }
     }
 }
 
 /// The `messageId` header (the event number), naming a body that cannot be read.
-fn message_id(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<String> {
+fn message_id(message: &impl Message) -> Option<String> {
     let headers = message.headers()?;
     headers
         .iter()

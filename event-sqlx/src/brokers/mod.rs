@@ -14,6 +14,11 @@ pub use kafka::{KafkaPublisher, KafkaSubscription};
 #[cfg(feature = "nats")]
 pub use nats::{JetStreamSubscription, NatsPublisher};
 
+/// How soon a subscription tries again a message that arrived before its aggregate's previous
+/// sequence was applied.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) const EARLY_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// What a subscription processed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConsumeReport {
@@ -25,6 +30,9 @@ pub struct ConsumeReport {
     pub ignored: usize,
     /// Quarantined (including stale events refused by the per-aggregate guard).
     pub quarantined: usize,
+    /// Given back to the broker because they arrived before their aggregate's previous
+    /// sequence was applied; counted each time.
+    pub early: usize,
 }
 
 impl ConsumeReport {
@@ -37,6 +45,7 @@ impl ConsumeReport {
             crate::consumer::Processed::Quarantined(_) | crate::consumer::Processed::Stale => {
                 self.quarantined += 1
             }
+            crate::consumer::Processed::Early { .. } => self.early += 1,
         }
     }
 
@@ -46,6 +55,7 @@ impl ConsumeReport {
         self.duplicates += other.duplicates;
         self.ignored += other.ignored;
         self.quarantined += other.quarantined;
+        self.early += other.early;
     }
 }
 #[cfg(feature = "rabbitmq")]
@@ -86,7 +96,8 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
 
 /// Processes one batch of broker messages with `consumer` ([`Consumer::receive_batch`]) and
 /// counts the outcomes in `report`; `body` and `id` read each message's body and broker id.
-/// On `Err`, acknowledge none of them.
+/// Returns, per message, whether it came early: give those back, acknowledge the others. On
+/// `Err`, acknowledge none of them.
 ///
 /// [`Consumer::receive_batch`]: crate::consumer::Consumer::receive_batch
 #[allow(dead_code)] // used by whichever broker features are on
@@ -96,7 +107,7 @@ pub(crate) async fn receive_batch<DB, R, M>(
     body: impl Fn(&M) -> &[u8],
     id: impl Fn(&M) -> Option<String>,
     report: &mut ConsumeReport,
-) -> Result<(), crate::error::Error>
+) -> Result<Vec<bool>, crate::error::Error>
 where
     DB: crate::sql::dialect::Backend,
     R: crate::route::Routes<DB>,
@@ -110,10 +121,14 @@ where
             message_id: id.as_deref(),
         })
         .collect();
-    for outcome in consumer.receive_batch(&received).await? {
-        report.count(&outcome);
+    let outcomes = consumer.receive_batch(&received).await?;
+    for outcome in &outcomes {
+        report.count(outcome);
     }
-    Ok(())
+    Ok(outcomes
+        .iter()
+        .map(|outcome| matches!(outcome, crate::consumer::Processed::Early { .. }))
+        .collect())
 }
 
 /// A subscription that can drain: what [`run_until`] loops over.
@@ -142,14 +157,34 @@ where
     DB: crate::sql::dialect::Backend,
     R: crate::route::Routes<DB>,
 {
+    const PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+    const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
     let mut total = ConsumeReport::default();
+    let mut pause = PAUSE;
     tokio::pin!(shutdown);
     loop {
-        total.merge(
-            subscription
-                .drain_once(consumer, std::time::Duration::from_millis(500))
-                .await?,
-        );
+        match subscription
+            .drain_once(consumer, std::time::Duration::from_millis(500))
+            .await
+        {
+            Ok(report) => {
+                total.merge(report);
+                pause = PAUSE;
+            }
+            // The database is down or dropped the connection: what was in hand went back to
+            // the broker; pause, then go on.
+            Err(e) if e.is_transient() => {
+                tracing::warn!(consumer = consumer.name(), error = %crate::error::Chain(&e), pause = ?pause, "consumer paused: the database is unavailable");
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => return Ok(total),
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(MAX_PAUSE);
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         // Entries an operator requeued since the last loop; a database error here does not
         // stop the subscription, the next loop tries again.
         if let Err(e) = consumer.replay_requeued().await {

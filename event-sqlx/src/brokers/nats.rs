@@ -224,7 +224,9 @@ fn publish_failure(context: &str, e: jetstream::context::PublishError) -> Publis
 /// The subscription keeps one pull stream open from its first drain until it is dropped, so a
 /// message delivered to it is processed in the order it arrived, however slow the handlers: none
 /// is dropped when a pull request expires and then redelivered after the ack wait, behind newer
-/// messages of its aggregate.
+/// messages of its aggregate. A message that arrives before its aggregate's previous sequence
+/// was applied ([`Processed::Early`](crate::Processed::Early)) is given back with a nak that
+/// JetStream honours after a short delay.
 pub struct JetStreamSubscription {
     consumer: jetstream::consumer::PullConsumer,
     batch: usize,
@@ -294,7 +296,8 @@ impl JetStreamSubscription {
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
-    /// and reports what it did. A consumer that must stop (a bug) returns the error.
+    /// and reports what it did. While the database is unavailable it pauses (250 ms, doubling up to
+    /// 5 s) and goes on; a consumer that must stop (a bug, a broker failure) returns the error.
     pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -377,14 +380,26 @@ impl JetStreamSubscription {
                 &mut report,
             )
             .await;
-            if let Err(stop) = processed {
-                for message in &chunk {
-                    let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+            let early = match processed {
+                Ok(early) => early,
+                Err(stop) => {
+                    for message in &chunk {
+                        let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+                    }
+                    return Err(stop);
                 }
-                return Err(stop);
-            }
-            for message in &chunk {
-                message.ack().await.map_err(&stopped)?;
+            };
+            for (message, early) in chunk.iter().zip(early) {
+                if early {
+                    // Its aggregate's previous sequence is not applied yet: delivered again
+                    // a little later, while the others go on.
+                    message
+                        .ack_with(jetstream::AckKind::Nak(Some(super::EARLY_RETRY)))
+                        .await
+                        .map_err(&stopped)?;
+                } else {
+                    message.ack().await.map_err(&stopped)?;
+                }
             }
         }
     }

@@ -360,7 +360,15 @@ pub struct RabbitMqSubscription {
     channel: Channel,
     queue: String,
     batch: usize,
-    deliveries: tokio::sync::Mutex<Option<lapin::Consumer>>,
+    deliveries: tokio::sync::Mutex<Intake>,
+}
+
+/// What a subscription receives from: the broker's consumer, once started, and the deliveries
+/// held back because they arrived before their aggregate's previous sequence was applied.
+#[derive(Debug, Default)]
+struct Intake {
+    consumer: Option<lapin::Consumer>,
+    held: Vec<lapin::message::Delivery>,
 }
 
 impl RabbitMqSubscription {
@@ -417,7 +425,7 @@ impl RabbitMqSubscription {
             channel,
             queue: queue.to_owned(),
             batch: 1,
-            deliveries: tokio::sync::Mutex::new(None),
+            deliveries: tokio::sync::Mutex::new(Intake::default()),
         })
     }
 
@@ -432,7 +440,8 @@ impl RabbitMqSubscription {
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
-    /// and reports what it did. A consumer that must stop (a bug) returns the error.
+    /// and reports what it did. While the database is unavailable it pauses (250 ms, doubling up to
+    /// 5 s) and goes on; a consumer that must stop (a bug, a broker failure) returns the error.
     pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -442,18 +451,24 @@ impl RabbitMqSubscription {
     }
 
     /// Processes messages until none arrives for `idle`, and reports what it did.
+    ///
+    /// A delivery that arrives before its aggregate's previous sequence was applied
+    /// ([`Processed::Early`](crate::Processed::Early)) is held, unacknowledged, and tried again
+    /// after the next batch and every quarter second, while the others go on (RabbitMQ has no
+    /// delayed requeue). Held deliveries count against the prefetch.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
     ) -> Result<super::ConsumeReport, Error> {
         use futures_util::{FutureExt, StreamExt};
-        use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions};
+        use lapin::options::{BasicAckOptions, BasicConsumeOptions};
         let stopped = |e: lapin::Error| Error::stopped(consumer.name(), "RabbitMQ failed", e);
         let mut guard = self.deliveries.lock().await;
-        if guard.is_none() {
+        let intake = &mut *guard;
+        if intake.consumer.is_none() {
             let tag = format!("{}-{}", consumer.name(), std::process::id());
-            *guard = Some(
+            intake.consumer = Some(
                 self.channel
                     .basic_consume(
                         ShortString::from(self.queue.as_str()),
@@ -465,15 +480,34 @@ impl RabbitMqSubscription {
                     .map_err(&stopped)?,
             );
         }
-        let Some(deliveries) = guard.as_mut() else {
+        let Intake {
+            consumer: Some(deliveries),
+            held,
+        } = intake
+        else {
             unreachable!("the consumer was just started")
         };
         let mut report = super::ConsumeReport::default();
+        let mut quiet = std::time::Duration::ZERO;
         loop {
-            let mut batch = match tokio::time::timeout(idle, deliveries.next()).await {
-                Err(_) => return Ok(report),
+            let wait = if held.is_empty() {
+                idle
+            } else {
+                super::EARLY_RETRY.min(idle)
+            };
+            let mut batch = match tokio::time::timeout(wait, deliveries.next()).await {
+                Err(_) => {
+                    quiet += wait;
+                    if !held.is_empty() {
+                        self.retry_held(consumer, held, &mut report).await?;
+                    }
+                    if quiet >= idle {
+                        return Ok(report);
+                    }
+                    continue;
+                }
                 Ok(None) => {
-                    *guard = None;
+                    intake.consumer = None;
                     return Err(Error::stopped(
                         consumer.name(),
                         "RabbitMQ failed",
@@ -482,41 +516,100 @@ impl RabbitMqSubscription {
                 }
                 Ok(Some(delivery)) => vec![delivery.map_err(&stopped)?],
             };
+            quiet = std::time::Duration::ZERO;
             while batch.len() < self.batch {
                 match deliveries.next().now_or_never() {
                     Some(Some(delivery)) => batch.push(delivery.map_err(&stopped)?),
                     _ => break,
                 }
             }
-            let Some(last) = batch.last() else {
-                continue;
-            };
-            let processed = super::receive_batch(
-                consumer,
-                &batch,
-                |d| &d.data,
-                |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
-                &mut report,
-            )
-            .await;
-            match processed {
-                Ok(()) => {
-                    // One ack for the batch: every earlier delivery of this channel is acked.
+            let early = self.process(consumer, &batch, held, &mut report).await?;
+            if held.is_empty() && !early.iter().any(|e| *e) {
+                // One ack for the batch: every earlier delivery of this channel is acked.
+                if let Some(last) = batch.last() {
                     last.ack(BasicAckOptions { multiple: true })
                         .await
                         .map_err(&stopped)?;
                 }
-                Err(stop) => {
-                    let _ = last
-                        .nack(BasicNackOptions {
-                            multiple: true,
-                            requeue: true,
-                        })
-                        .await;
-                    return Err(stop);
+                continue;
+            }
+            // Some are held: ack the others one by one, since a multiple ack would take the
+            // held ones with it.
+            let had_held = !held.is_empty();
+            for (delivery, early) in batch.into_iter().zip(early) {
+                if early {
+                    held.push(delivery);
+                } else {
+                    delivery
+                        .ack(BasicAckOptions::default())
+                        .await
+                        .map_err(&stopped)?;
                 }
             }
+            if had_held {
+                // The batch may have applied what they waited for.
+                self.retry_held(consumer, held, &mut report).await?;
+            }
         }
+    }
+
+    /// Processes `batch`, and on `Err` gives back every unacknowledged delivery of the
+    /// channel up to the batch's last, the held ones included.
+    async fn process<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        batch: &[lapin::message::Delivery],
+        held: &mut Vec<lapin::message::Delivery>,
+        report: &mut super::ConsumeReport,
+    ) -> Result<Vec<bool>, Error> {
+        use lapin::options::BasicNackOptions;
+        let processed = super::receive_batch(
+            consumer,
+            batch,
+            |d| &d.data,
+            |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
+            report,
+        )
+        .await;
+        if processed.is_err() {
+            let last = batch
+                .iter()
+                .chain(held.iter())
+                .max_by_key(|d| d.delivery_tag);
+            if let Some(last) = last {
+                let _ = last
+                    .nack(BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    })
+                    .await;
+            }
+            held.clear();
+        }
+        processed
+    }
+
+    /// Tries the held deliveries again: acks those that went through, keeps those still early.
+    async fn retry_held<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        held: &mut Vec<lapin::message::Delivery>,
+        report: &mut super::ConsumeReport,
+    ) -> Result<(), Error> {
+        use lapin::options::BasicAckOptions;
+        let batch = std::mem::take(held);
+        let early = self.process(consumer, &batch, held, report).await?;
+        for (delivery, early) in batch.into_iter().zip(early) {
+            if early {
+                held.push(delivery);
+            } else {
+                delivery
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .map_err(|e| Error::stopped(consumer.name(), "RabbitMQ failed", e))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -132,6 +132,46 @@ pub(crate) async fn last_applied_sequence<DB: Backend>(
     }
 }
 
+/// The highest aggregate sequence `consumer` applied for each of `aggregates` (type, id) that
+/// it applied any event of: one grouped query over the inbox's aggregate index.
+pub(crate) async fn last_applied_sequences<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    consumer: &str,
+    aggregates: &[(&str, &str)],
+) -> Result<std::collections::HashMap<(String, String), i64>, sqlx::Error> {
+    let mut last = std::collections::HashMap::new();
+    if aggregates.is_empty() {
+        return Ok(last);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT aggregate_type, aggregate_id, MAX(aggregate_sequence) AS last_sequence \
+         FROM {table} WHERE consumer = "
+    ));
+    q.bind(consumer).push(" AND (");
+    for (i, (aggregate_type, aggregate_id)) in aggregates.iter().enumerate() {
+        if i > 0 {
+            q.push(" OR ");
+        }
+        q.push("(aggregate_type = ")
+            .bind(*aggregate_type)
+            .push(" AND aggregate_id = ")
+            .bind(*aggregate_id)
+            .push(")");
+    }
+    q.push(") GROUP BY aggregate_type, aggregate_id");
+    for row in q.fetch(conn).await? {
+        let c = Columns::<DB>(&row);
+        if let Some(sequence) = c.opt_i64("last_sequence")? {
+            last.insert(
+                (c.string("aggregate_type")?, c.string("aggregate_id")?),
+                sequence,
+            );
+        }
+    }
+    Ok(last)
+}
+
 /// Deletes at most `limit` of `consumer`'s inbox records consumed before `older_than`: one bounded batch, so
 /// locks stay short however large the backlog.
 pub(crate) async fn prune_consumed<DB: Backend>(
