@@ -1,6 +1,6 @@
-//! A TCP proxy on loopback that injects faults into one link: it passes bytes, holds them
-//! (a blackhole: connections stay open, nothing arrives either way), or cuts every connection
-//! and refuses new ones. Tests put it between a client and a broker or database.
+//! A TCP proxy on loopback that injects faults into one link: it passes bytes, delays them,
+//! holds them (a blackhole: connections stay open, nothing arrives either way), or cuts every
+//! connection and refuses new ones. Tests put it between a client and a broker or database.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +19,8 @@ pub enum Fault {
     Blackhole,
     /// Every open connection is closed, and new ones are closed at once.
     Cut,
+    /// Bytes pass both ways, each chunk this much later than it arrived.
+    Delay(std::time::Duration),
 }
 
 /// A running proxy; dropping it stops it and closes its connections.
@@ -125,6 +127,9 @@ async fn pipe(
         else {
             return;
         };
+        if let Fault::Delay(delay) = fault {
+            tokio::time::sleep(delay).await;
+        }
         if fault == Fault::Cut || to.write_all(&buffer[..n]).await.is_err() {
             return;
         }

@@ -1,0 +1,305 @@
+//! The checker: the database is the truth. After the drain, every committed event has exactly
+//! one effect, no effect belongs to an event that was never committed, each aggregate's effects
+//! in the order they were applied are exactly its sequences 1..n, every event is published,
+//! nothing is quarantined, and every commit a producer saw acknowledged is in the outbox.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::pair::{CONSUMER, Db};
+
+/// Published, in `publish_status`.
+const SUCCEEDED: i16 = 2;
+
+/// One outbox row.
+pub(crate) struct OutboxRow {
+    pub(crate) event_no: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) sequence: i64,
+    pub(crate) status: i16,
+}
+
+/// One effect, in applied order.
+pub(crate) struct Effect {
+    pub(crate) event_id: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) sequence: i64,
+}
+
+/// A direct connection to the private database (not through a proxy).
+pub(crate) enum Truth {
+    Postgres(sqlx::PgPool),
+    MariaDb(sqlx::MySqlPool),
+}
+
+impl Truth {
+    pub(crate) async fn connect(db: Db, url: &str) -> anyhow::Result<Truth> {
+        let timeout = std::time::Duration::from_secs(10);
+        Ok(match db {
+            Db::Postgres => Truth::Postgres(
+                sqlx::pool::PoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(timeout)
+                    .connect_lazy(url)?,
+            ),
+            Db::MariaDb => Truth::MariaDb(
+                sqlx::pool::PoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(timeout)
+                    .connect_lazy(url)?,
+            ),
+        })
+    }
+
+    pub(crate) async fn count(&self, sql: &'static str) -> anyhow::Result<i64> {
+        Ok(match self {
+            Truth::Postgres(pool) => sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await?,
+            Truth::MariaDb(pool) => sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await?,
+        })
+    }
+
+    pub(crate) async fn execute(&self, sql: &str) -> anyhow::Result<()> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Truth::Postgres(pool) => {
+                sqlx::raw_sql(sql).execute(pool).await?;
+            }
+            Truth::MariaDb(pool) => {
+                sqlx::raw_sql(sql).execute(pool).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every other client's connection to the database, as an administrator would.
+    pub(crate) async fn terminate_connections(&self) -> anyhow::Result<u64> {
+        match self {
+            Truth::Postgres(pool) => {
+                let ended: Vec<bool> = sqlx::query_scalar(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = 'campaign' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+                )
+                .fetch_all(pool)
+                .await?;
+                Ok(ended.into_iter().filter(|e| *e).count() as u64)
+            }
+            Truth::MariaDb(pool) => {
+                let mut conn = pool.acquire().await?;
+                let ids: Vec<u64> = sqlx::query_scalar(
+                    "SELECT id FROM information_schema.processlist \
+                     WHERE id <> CONNECTION_ID() AND db = 'campaign' AND command <> 'Daemon'",
+                )
+                .fetch_all(&mut *conn)
+                .await?;
+                let mut ended = 0;
+                for id in ids {
+                    let kill = sqlx::AssertSqlSafe(format!("KILL {id}"));
+                    if sqlx::raw_sql(kill).execute(&mut *conn).await.is_ok() {
+                        ended += 1;
+                    }
+                }
+                Ok(ended)
+            }
+        }
+    }
+
+    async fn outbox(&self) -> anyhow::Result<Vec<OutboxRow>> {
+        const SQL: &str = "SELECT event_no, aggregate_id, aggregate_sequence, publish_status FROM biz_outbox_event";
+        let rows: Vec<(String, String, i64, i16)> = match self {
+            Truth::Postgres(pool) => sqlx::query_as(SQL).fetch_all(pool).await?,
+            Truth::MariaDb(pool) => sqlx::query_as(SQL).fetch_all(pool).await?,
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(event_no, aggregate_id, sequence, status)| OutboxRow {
+                event_no,
+                aggregate_id,
+                sequence,
+                status,
+            })
+            .collect())
+    }
+
+    async fn effects(&self) -> anyhow::Result<Vec<Effect>> {
+        const SQL: &str = "SELECT event_id, aggregate_id, sequence FROM campaign_effect WHERE consumer = 'view' ORDER BY pos";
+        let rows: Vec<(String, String, i64)> = match self {
+            Truth::Postgres(pool) => sqlx::query_as(SQL).fetch_all(pool).await?,
+            Truth::MariaDb(pool) => sqlx::query_as(SQL).fetch_all(pool).await?,
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(event_id, aggregate_id, sequence)| Effect {
+                event_id,
+                aggregate_id,
+                sequence,
+            })
+            .collect())
+    }
+
+    /// Published events and distinct effects so far: the drain's progress.
+    pub(crate) async fn progress(&self) -> anyhow::Result<(i64, i64, i64)> {
+        let total = self.count("SELECT COUNT(*) FROM biz_outbox_event").await?;
+        let published = self
+            .count("SELECT COUNT(*) FROM biz_outbox_event WHERE publish_status = 2")
+            .await?;
+        let applied = self
+            .count("SELECT COUNT(DISTINCT event_id) FROM campaign_effect")
+            .await?;
+        Ok((total, published, applied))
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    /// Figures, printed either way.
+    pub(crate) figures: Vec<String>,
+    /// Broken guarantees; empty when the run passed.
+    pub(crate) failures: Vec<String>,
+}
+
+/// Shows at most a few examples.
+fn some(items: &[String]) -> String {
+    let mut shown: Vec<&str> = items.iter().take(5).map(String::as_str).collect();
+    if items.len() > 5 {
+        shown.push("...");
+    }
+    shown.join(", ")
+}
+
+/// Checks the tables against each other and against the producers' acknowledged commits.
+pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Findings> {
+    let mut findings = Findings::default();
+    let outbox = truth.outbox().await.context("cannot read the outbox")?;
+    let effects = truth.effects().await.context("cannot read the effects")?;
+    let quarantined = truth
+        .count("SELECT COUNT(*) FROM quarantined_event")
+        .await?;
+
+    let committed: HashSet<&str> = outbox.iter().map(|r| r.event_no.as_str()).collect();
+    let mut acked_total = 0usize;
+    let mut acked_missing = Vec::new();
+    for file in acked {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            acked_total += 1;
+            if !committed.contains(line) {
+                acked_missing.push(line.to_owned());
+            }
+        }
+    }
+    findings.figures.push(format!(
+        "{} events committed ({} acknowledged to producers), {} effects",
+        outbox.len(),
+        acked_total,
+        effects.len()
+    ));
+    if !acked_missing.is_empty() {
+        findings.failures.push(format!(
+            "{} acknowledged commits missing from the outbox: {}",
+            acked_missing.len(),
+            some(&acked_missing)
+        ));
+    }
+
+    let unpublished: Vec<String> = outbox
+        .iter()
+        .filter(|r| r.status != SUCCEEDED)
+        .map(|r| format!("{} (status {})", r.event_no, r.status))
+        .collect();
+    if !unpublished.is_empty() {
+        findings.failures.push(format!(
+            "{} events not published: {}",
+            unpublished.len(),
+            some(&unpublished)
+        ));
+    }
+
+    let mut times: HashMap<&str, usize> = HashMap::new();
+    for effect in &effects {
+        *times.entry(effect.event_id.as_str()).or_default() += 1;
+    }
+    let lost: Vec<String> = outbox
+        .iter()
+        .filter(|r| !times.contains_key(r.event_no.as_str()))
+        .map(|r| r.event_no.clone())
+        .collect();
+    let twice: Vec<String> = times
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| format!("{id} x{n}"))
+        .collect();
+    let uncommitted: Vec<String> = times
+        .keys()
+        .filter(|id| !committed.contains(*id))
+        .map(|id| (*id).to_owned())
+        .collect();
+    for (what, list) in [
+        ("committed events without an effect (lost)", &lost),
+        ("events applied more than once", &twice),
+        ("effects of events never committed", &uncommitted),
+    ] {
+        if !list.is_empty() {
+            findings
+                .failures
+                .push(format!("{} {what}: {}", list.len(), some(list)));
+        }
+    }
+
+    // Per aggregate, the effects in applied order must be exactly 1..n.
+    let mut last: BTreeMap<&str, i64> = BTreeMap::new();
+    for row in &outbox {
+        let top = last.entry(row.aggregate_id.as_str()).or_insert(0);
+        *top = (*top).max(row.sequence);
+    }
+    let mut applied: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for effect in &effects {
+        applied
+            .entry(effect.aggregate_id.as_str())
+            .or_default()
+            .push(effect.sequence);
+    }
+    let mut out_of_order = Vec::new();
+    for (aggregate, sequences) in &applied {
+        let expected: Vec<i64> = (1..=last.get(aggregate).copied().unwrap_or(0)).collect();
+        if *sequences != expected {
+            let at = sequences
+                .iter()
+                .zip(&expected)
+                .position(|(a, e)| a != e)
+                .unwrap_or(sequences.len().min(expected.len()));
+            let around: Vec<String> = sequences
+                .iter()
+                .skip(at.saturating_sub(2))
+                .take(5)
+                .map(i64::to_string)
+                .collect();
+            out_of_order.push(format!(
+                "{aggregate}: {} effects for {} events, first difference at #{} (applied ... {} ...)",
+                sequences.len(),
+                expected.len(),
+                at + 1,
+                around.join(", ")
+            ));
+        }
+    }
+    findings.figures.push(format!(
+        "{} aggregates, each checked for effects 1..n in applied order",
+        applied.len()
+    ));
+    if !out_of_order.is_empty() {
+        findings.failures.push(format!(
+            "{} aggregates whose effects are not their sequences 1..n in order: {}",
+            out_of_order.len(),
+            some(&out_of_order)
+        ));
+    }
+    if quarantined > 0 {
+        findings.failures.push(format!(
+            "{quarantined} events quarantined by consumer {CONSUMER}"
+        ));
+    }
+    Ok(findings)
+}

@@ -1,0 +1,545 @@
+//! One campaign: private services, proxies on every link, supervised processes, the nemesis
+//! playing the seed's schedule, the heal, the drain, the check.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use event_tests::proxy::{Fault as ProxyFault, FaultProxy};
+use tokio::sync::Mutex;
+
+use crate::check::{self, Truth};
+use crate::pair::{Broker, Db, Pair, QUEUE, STREAM, TOPIC};
+use crate::schedule::{self, Fault, Link, LinkMode, Role, Scheduled, Shape};
+use crate::services::{self, Service};
+use crate::supervisor::{Spec, Supervised};
+
+/// The lease of `eventctl relay`'s defaults, which the relays run with.
+const LEASE: Duration = Duration::from_secs(15);
+
+/// `event-campaign run`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The database and broker.
+    #[arg(long, value_enum)]
+    pair: Pair,
+    /// The seed of the fault schedule.
+    #[arg(long)]
+    seed: u64,
+    /// How long the producers commit events, in seconds; faults happen inside it.
+    #[arg(long, default_value_t = 60)]
+    load: u64,
+    /// How many faults.
+    #[arg(long, default_value_t = 12)]
+    faults: usize,
+    /// Events a second, per producer.
+    #[arg(long, default_value_t = 100)]
+    rate: u32,
+    /// The drain after healing must end within this many seconds.
+    #[arg(long, default_value_t = 60)]
+    drain_limit: u64,
+    /// Where the services' data and every process's log go (default: a new directory under
+    /// the system's temporary directory, removed after a passing run).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The `eventctl` binary (default: the one next to this binary).
+    #[arg(long)]
+    eventctl: Option<PathBuf>,
+    /// Where a failing run appends its replay line.
+    #[arg(long)]
+    failing_seeds: Option<PathBuf>,
+    /// Keep the directory after a passing run too.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// `event-campaign schedule`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ScheduleArgs {
+    #[arg(long, value_enum)]
+    pair: Pair,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long, default_value_t = 60)]
+    load: u64,
+    #[arg(long, default_value_t = 12)]
+    faults: usize,
+}
+
+const PRODUCERS: usize = 2;
+const RELAYS: usize = 3;
+const CONSUMERS: usize = 2;
+
+fn shape(pair: Pair) -> Shape {
+    Shape {
+        producers: PRODUCERS,
+        relays: RELAYS,
+        consumers: CONSUMERS,
+        lease: LEASE,
+        broker_crashes: pair.broker().survives_crash(),
+    }
+}
+
+pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
+    let plan = schedule::generate(
+        args.seed,
+        Duration::from_secs(args.load),
+        args.faults,
+        shape(args.pair),
+    );
+    for s in &plan {
+        println!("t={:>6.1}s  {}", s.at.as_secs_f64(), s.fault);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The replay line of a run.
+fn replay_line(args: &RunArgs) -> String {
+    format!(
+        "--pair {} --seed {} --load {} --faults {} --rate {}",
+        args.pair.name(),
+        args.seed,
+        args.load,
+        args.faults,
+        args.rate
+    )
+}
+
+/// Everything a run holds.
+struct World {
+    pair: Pair,
+    db: Arc<Mutex<Service>>,
+    broker: Arc<Mutex<Service>>,
+    truth: Truth,
+    proxies: BTreeMap<&'static str, FaultProxy>,
+    processes: BTreeMap<(Role, usize), Supervised>,
+}
+
+impl World {
+    fn proxy(&self, link: Link) -> &FaultProxy {
+        &self.proxies[link.name()]
+    }
+
+    fn process(&self, role: Role, i: usize) -> Option<&Supervised> {
+        self.processes.get(&(role, i))
+    }
+}
+
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let load = Duration::from_secs(args.load);
+    let plan = schedule::generate(args.seed, load, args.faults, shape(args.pair));
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!(
+            "event-campaign-{}-{}-{}",
+            args.pair.name(),
+            args.seed,
+            std::process::id()
+        )),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let eventctl = match &args.eventctl {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("eventctl"))
+            .context("no directory for this binary")?,
+    };
+    if !eventctl.exists() {
+        bail!(
+            "no eventctl at {}: build it (`cargo build -p event-cli`) or pass --eventctl",
+            eventctl.display()
+        );
+    }
+    let me = std::env::current_exe()?;
+
+    println!(
+        "campaign {}: replay with `event-campaign run {}`",
+        args.pair.name(),
+        replay_line(&args)
+    );
+    println!(
+        "  {PRODUCERS} producers at {} events/s each, {RELAYS} eventctl relays (default lease {} s), {CONSUMERS} consumers (batch 1 and 20), {} s of load, {} faults; directory {}",
+        args.rate,
+        LEASE.as_secs(),
+        args.load,
+        plan.len(),
+        dir.display()
+    );
+    println!("  schedule:");
+    for s in &plan {
+        println!("    t={:>6.1}s  {}", s.at.as_secs_f64(), s.fault);
+    }
+
+    let mut world = set_up(&args, &dir, &eventctl, &me).await?;
+    let setup = started.elapsed();
+    println!(
+        "  services and processes up in {:.1} s",
+        setup.as_secs_f64()
+    );
+
+    // The load, with the nemesis.
+    let load_start = tokio::time::Instant::now();
+    let world_ref = &world;
+    let nemesis = async {
+        use futures_util::StreamExt;
+        let mut tally: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        for s in &plan {
+            let until = load_start + s.at;
+            // The faults in play go on while the next one waits for its time.
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => break,
+                    Some(()) = running.next(), if !running.is_empty() => {}
+                }
+            }
+            println!(
+                "  t={:>6.1}s  {}",
+                load_start.elapsed().as_secs_f64(),
+                s.fault
+            );
+            *tally.entry(s.fault.kind()).or_default() += 1;
+            running.push(apply(world_ref, *s));
+        }
+        while running.next().await.is_some() {}
+        tally
+    };
+    let progress = async {
+        let mut longest_stall = Duration::ZERO;
+        let mut last_published = -1;
+        let mut since = tokio::time::Instant::now();
+        while load_start.elapsed() < load {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok((total, published, applied)) = world_ref.truth.progress().await {
+                if published != last_published || published == total {
+                    last_published = published;
+                    since = tokio::time::Instant::now();
+                } else {
+                    longest_stall = longest_stall.max(since.elapsed());
+                }
+                if load_start.elapsed().as_secs().is_multiple_of(10) {
+                    println!(
+                        "  t={:>6.1}s  committed {total}, published {published}, applied {applied}",
+                        load_start.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        }
+        longest_stall
+    };
+    let (tally, longest_stall) = tokio::join!(nemesis, progress);
+    tokio::time::sleep_until(load_start + load).await;
+
+    // Heal: every link passes, every process runs, the services are up; the producers stop.
+    for proxy in world.proxies.values() {
+        proxy.set(ProxyFault::Pass);
+    }
+    for process in world.processes.values() {
+        process.signal("CONT");
+    }
+    for i in 0..PRODUCERS {
+        if let Some(producer) = world.processes.remove(&(Role::Producer, i)) {
+            producer.stop(Duration::from_secs(10)).await;
+        }
+    }
+    let healed = Instant::now();
+    println!(
+        "  healed at t={:.1}s; draining",
+        load_start.elapsed().as_secs_f64()
+    );
+    let drain_deadline = Duration::from_secs(args.drain_limit.max(1) * 3);
+    let mut drained = None;
+    while healed.elapsed() < drain_deadline {
+        if let Ok((total, published, applied)) = world.truth.progress().await
+            && published == total
+            && applied == total
+        {
+            drained = Some(healed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let restarts: BTreeMap<String, usize> = world
+        .processes
+        .values()
+        .map(|p| (p.name.clone(), p.starts().saturating_sub(1)))
+        .collect();
+    for (_, process) in std::mem::take(&mut world.processes) {
+        process.stop(Duration::from_secs(10)).await;
+    }
+
+    let acked: Vec<PathBuf> = (0..PRODUCERS)
+        .map(|i| dir.join(format!("producer-{i}.acked")))
+        .collect();
+    let mut findings = check::check(&world.truth, &acked).await?;
+    match drained {
+        Some(took) if took <= Duration::from_secs(args.drain_limit) => {
+            findings
+                .figures
+                .push(format!("drained {:.1} s after healing", took.as_secs_f64()));
+        }
+        Some(took) => findings.failures.push(format!(
+            "the drain took {:.1} s after healing, over the {} s limit",
+            took.as_secs_f64(),
+            args.drain_limit
+        )),
+        None => findings.failures.push(format!(
+            "not drained {} s after healing",
+            drain_deadline.as_secs()
+        )),
+    }
+    findings.figures.push(format!(
+        "longest time the published count stood still during the load: {:.1} s",
+        longest_stall.as_secs_f64()
+    ));
+    let faults: Vec<String> = tally.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    findings
+        .figures
+        .push(format!("faults: {}", faults.join(", ")));
+    let restarted: Vec<String> = restarts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(p, n)| format!("{p} x{n}"))
+        .collect();
+    findings.figures.push(format!(
+        "restarts: {}",
+        if restarted.is_empty() {
+            "none".to_owned()
+        } else {
+            restarted.join(", ")
+        }
+    ));
+
+    world.db.lock().await.stop().await;
+    world.broker.lock().await.stop().await;
+
+    println!("campaign {} seed {}:", args.pair.name(), args.seed);
+    for figure in &findings.figures {
+        println!("  {figure}");
+    }
+    println!("  took {:.1} s in all", started.elapsed().as_secs_f64());
+    if findings.failures.is_empty() {
+        println!(
+            "  PASS: 0 lost, 0 duplicate effects, 0 effects of uncommitted events, 0 order violations, every event published"
+        );
+        if !args.keep && args.dir.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &findings.failures {
+        println!("  FAIL: {failure}");
+    }
+    println!("  logs and data kept in {}", dir.display());
+    if let Some(file) = &args.failing_seeds {
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)?;
+        writeln!(out, "{}", replay_line(&args))?;
+        println!("  replay line appended to {}", file.display());
+    }
+    Ok(ExitCode::from(1))
+}
+
+async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyhow::Result<World> {
+    let pair = args.pair;
+    let db = services::start_db(pair.db(), dir).await?;
+    let db_url = pair.db().url(db.port);
+    let truth = Truth::connect(pair.db(), &db_url).await?;
+    truth
+        .execute(crate::roles::effects_ddl(pair.db() == Db::MariaDb))
+        .await?;
+    let config = crate::roles::outbox_config();
+    match &truth {
+        Truth::Postgres(pool) => {
+            event_sqlx::Outbox::new(pool.clone(), config)
+                .migrate()
+                .await
+        }
+        Truth::MariaDb(pool) => {
+            event_sqlx::Outbox::new(pool.clone(), config)
+                .migrate()
+                .await
+        }
+    }
+    .context("cannot migrate the event tables")?;
+    let mut proxies = BTreeMap::new();
+    for link in [Link::ProducerDb, Link::RelayDb, Link::ConsumerDb] {
+        let target = std::net::SocketAddr::from(([127, 0, 0, 1], db.port));
+        proxies.insert(link.name(), FaultProxy::start(target).await?);
+    }
+    let broker_port = services::free_port()?;
+    let broker_proxy =
+        FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], broker_port))).await?;
+    let broker = services::start_broker(
+        pair.broker(),
+        dir,
+        broker_proxy.address().port(),
+        broker_port,
+    )
+    .await?;
+    let broker_url = pair.broker().url(broker_proxy.address().port());
+    proxies.insert(Link::Broker.name(), broker_proxy);
+    set_up_topology(pair.broker(), &broker_url).await?;
+
+    let via = |link: Link| pair.db().url(proxies[link.name()].address().port());
+    let mut processes = BTreeMap::new();
+    let relay_target: Vec<String> = match pair.broker() {
+        Broker::Jetstream => vec![format!("--stream={STREAM}"), format!("--subject={TOPIC}.>")],
+        Broker::Rabbitmq => vec![format!("--exchange={TOPIC}")],
+        Broker::Kafka => vec![format!("--topic={TOPIC}"), "--partitions=3".into()],
+    };
+    let publisher = match pair.broker() {
+        Broker::Kafka => format!("kafka://{broker_url}"),
+        _ => broker_url.clone(),
+    };
+    for i in 0..RELAYS {
+        let mut relay_args = vec![
+            "relay".to_owned(),
+            format!("--database-url={}", via(Link::RelayDb)),
+            format!("--publisher={publisher}"),
+            format!("--instance-id=relay-{i}"),
+            "--batch-size=100".into(),
+        ];
+        relay_args.extend(relay_target.iter().cloned());
+        processes.insert(
+            (Role::Relay, i),
+            Supervised::start(Spec {
+                name: format!("relay-{i}"),
+                program: eventctl.to_owned(),
+                args: relay_args,
+                log: dir.join(format!("relay-{i}.log")),
+            }),
+        );
+    }
+    for i in 0..CONSUMERS {
+        let broker_name = match pair.broker() {
+            Broker::Jetstream => "jetstream",
+            Broker::Rabbitmq => "rabbitmq",
+            Broker::Kafka => "kafka",
+        };
+        processes.insert(
+            (Role::Consumer, i),
+            Supervised::start(Spec {
+                name: format!("consumer-{i}"),
+                program: me.to_owned(),
+                args: vec![
+                    "consumer".into(),
+                    format!("--db={}", via(Link::ConsumerDb)),
+                    format!("--broker={broker_name}"),
+                    format!("--broker-url={broker_url}"),
+                    format!("--batch={}", if i == 0 { 1 } else { 20 }),
+                    format!("--process=consumer-{i}"),
+                ],
+                log: dir.join(format!("consumer-{i}.log")),
+            }),
+        );
+    }
+    for i in 0..PRODUCERS {
+        processes.insert(
+            (Role::Producer, i),
+            Supervised::start(Spec {
+                name: format!("producer-{i}"),
+                program: me.to_owned(),
+                args: vec![
+                    "producer".into(),
+                    format!("--db={}", via(Link::ProducerDb)),
+                    format!("--id=p{i}"),
+                    format!("--rate={}", args.rate),
+                    format!(
+                        "--acked={}",
+                        dir.join(format!("producer-{i}.acked")).display()
+                    ),
+                ],
+                log: dir.join(format!("producer-{i}.log")),
+            }),
+        );
+    }
+    Ok(World {
+        pair,
+        db: Arc::new(Mutex::new(db)),
+        broker: Arc::new(Mutex::new(broker)),
+        truth,
+        proxies,
+        processes,
+    })
+}
+
+/// The stream, exchange and queue, or topic, before anything runs.
+async fn set_up_topology(broker: Broker, url: &str) -> anyhow::Result<()> {
+    match broker {
+        Broker::Jetstream => {
+            let nats = event_sqlx::NatsPublisher::connect(url).await?;
+            nats.ensure_stream(STREAM, vec![format!("{TOPIC}.>")])
+                .await?;
+        }
+        Broker::Rabbitmq => {
+            let rabbit = event_sqlx::RabbitMqPublisher::connect(url).await?;
+            rabbit.declare_exchange(TOPIC).await?;
+            let _queue =
+                event_sqlx::RabbitMqSubscription::bind(&rabbit, TOPIC, QUEUE, "order.*").await?;
+        }
+        Broker::Kafka => {
+            let kafka = event_sqlx::KafkaPublisher::connect(url).await?;
+            kafka.ensure_topic(TOPIC, 3).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Plays one fault and heals it when its time is up.
+async fn apply(world: &World, scheduled: Scheduled) {
+    match scheduled.fault {
+        Fault::Kill(role, i) => {
+            if let Some(p) = world.process(role, i) {
+                p.signal("KILL");
+            }
+        }
+        Fault::Pause(role, i, d) => {
+            if let Some(p) = world.process(role, i) {
+                p.signal("STOP");
+                tokio::time::sleep(d).await;
+                p.signal("CONT");
+            }
+        }
+        Fault::Link(link, mode, d) => {
+            let proxy = world.proxy(link);
+            proxy.set(match mode {
+                LinkMode::Blackhole => ProxyFault::Blackhole,
+                LinkMode::Cut => ProxyFault::Cut,
+                LinkMode::Delay(delay) => ProxyFault::Delay(delay),
+            });
+            tokio::time::sleep(d).await;
+            proxy.set(ProxyFault::Pass);
+        }
+        Fault::TerminateConnections => {
+            if let Err(e) = world.truth.terminate_connections().await {
+                println!("    (could not terminate connections: {e:#})");
+            }
+        }
+        Fault::CrashDb(d) => {
+            let mut db = world.db.lock().await;
+            db.crash().await;
+            tokio::time::sleep(d).await;
+            if let Err(e) = db.restart().await {
+                println!("    the database did not restart: {e:#}");
+            }
+        }
+        Fault::CrashBroker(d) => {
+            let mut broker = world.broker.lock().await;
+            broker.crash().await;
+            tokio::time::sleep(d).await;
+            if let Err(e) = broker.restart().await {
+                println!("    the broker did not restart: {e:#}");
+            }
+        }
+    }
+    let _ = world.pair;
+}
