@@ -1,4 +1,5 @@
-//! Publishers under link faults, on real NATS JetStream and RabbitMQ behind a fault proxy: a batch
+//! Publishers under link faults, on real NATS JetStream, RabbitMQ and a Kafka-protocol broker
+//! (a Tansu of the test's own, advertising the proxy) behind a fault proxy: a batch
 //! whose acknowledgements are lost fails within one deadline (not one per message), and after
 //! every connection to the broker is cut, a running relay publishes again within seconds of the
 //! link coming back, with no event's retry count raised by the outage.
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Error, EventStatus, NatsPublisher, Outbox, OutboxConfig, Publisher, RabbitMqPublisher,
-    RelayConfig, Route,
+    Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher,
+    RabbitMqPublisher, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::Order;
@@ -294,6 +295,49 @@ async fn rabbitmq_through_proxy(
     Some((publisher, proxy))
 }
 
+/// A Kafka publisher whose every connection goes through a fresh proxy: a Tansu of the test's
+/// own, telling clients to connect to the proxy, with topic `topic`. The delivery timeout is
+/// `delivery_timeout`; the batch's deadline adds 2 s to it.
+async fn kafka_through_proxy(
+    topic: &str,
+    delivery_timeout: Duration,
+) -> Option<(KafkaPublisher, FaultProxy, event_tests::tansu::Process)> {
+    let Some(bin) = event_tests::tansu::bin() else {
+        assert!(
+            !event_tests::db::services_required(),
+            "no Tansu binary: run .ci/kafka-broker"
+        );
+        eprintln!("skipping: no Tansu binary (run .ci/kafka-broker)");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .unwrap();
+    let broker = event_tests::tansu::in_memory(&bin, port, proxy.address().port());
+    let bootstrap = proxy.address().to_string();
+    let ms = delivery_timeout.as_millis().to_string();
+    let mut publisher = None;
+    wait::until(Duration::from_secs(30), async || {
+        let connected = KafkaPublisher::with_config(
+            &bootstrap,
+            &[("delivery.timeout.ms", &ms), ("request.timeout.ms", &ms)],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        publisher = Some(connected);
+        Ok(())
+    })
+    .await;
+    let publisher = publisher.unwrap();
+    publisher.ensure_topic(topic, 3).await.unwrap();
+    Some((publisher, proxy, broker))
+}
+
 /// Deletes the test's queue and exchange.
 async fn remove_rabbitmq(topic: &str) {
     let url = amqp_url();
@@ -359,6 +403,35 @@ async fn rabbitmq_relay_publishes_again_after_its_connection_is_cut() {
     a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
     db.cleanup().await;
     remove_rabbitmq(&topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_lost_delivery_reports_fail_within_one_deadline() {
+    let topic = unique("reports").replace('_', "-");
+    let delivery = Duration::from_secs(1);
+    let Some((publisher, proxy, _broker)) = kafka_through_proxy(&topic, delivery).await else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    // The deadline is the delivery timeout plus 2 s.
+    let deadline = delivery + Duration::from_secs(2);
+    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, deadline).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_relay_publishes_again_after_its_connections_are_cut() {
+    let topic = unique("cut").replace('_', "-");
+    let Some((publisher, proxy, _broker)) =
+        kafka_through_proxy(&topic, Duration::from_secs(2)).await
+    else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    db.cleanup().await;
 }
 
 /// A JetStream message whose processing stopped the consumer (a bug) is given back at once, not

@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
@@ -18,30 +18,9 @@ use event_sqlx::{
 };
 use event_tests::db::{TestDb, services_required, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::tansu::{self, Process};
 use event_tests::wait;
 use sqlx::PgConnection;
-
-/// Kills the child when the test ends, however it ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn tansu_bin() -> Option<PathBuf> {
-    let path = std::env::var_os("EVENT_TEST_TANSU_BIN")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-            Some(cache.join("event-toolkit/tansu-0.6.0/tansu"))
-        })?;
-    path.exists().then_some(path)
-}
 
 fn moto_bin() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -106,7 +85,7 @@ async fn commit_orders(outbox: &Outbox<sqlx::Postgres>, from: usize, to: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_run_applies_every_event_once() {
-    let (Some(tansu_bin), Some(moto)) = (tansu_bin(), moto_bin()) else {
+    let (Some(tansu_bin), Some(moto)) = (tansu::bin(), moto_bin()) else {
         assert!(
             !services_required(),
             "needs Tansu (bash .ci/kafka-broker) and moto_server (pip install 'moto[server]==5.2.5')"

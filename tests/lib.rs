@@ -7,6 +7,7 @@ pub mod any_broker;
 pub mod db;
 pub mod fixtures;
 pub mod proxy;
+pub mod tansu;
 pub mod wait;
 
 #[cfg(doctest)]

@@ -36,10 +36,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// cluster refuses (an unknown topic, too large) is a failed publish of that event, retried by
 /// the relay with backoff; a cluster that stays unreachable or leaderless for
 /// `delivery.timeout.ms` (30 s by default) is an outage ([`PublishError::unavailable`]), which
-/// does not count against the events. librdkafka reconnects by itself.
+/// does not count against the events. librdkafka reconnects by itself; a producer that had a
+/// fatal error (fenced, out of sequence after a lost connection) is replaced by a new one at the
+/// next publish, and its records count as an outage too.
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    producer: FutureProducer,
+    /// Replaced by a new producer after a fatal error (an idempotent producer fenced or out of
+    /// sequence), which librdkafka does not recover from by itself.
+    producer: std::sync::Arc<std::sync::RwLock<FutureProducer>>,
+    /// Set when a delivery report blamed the producer itself (fenced, out of sequence).
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    config: ClientConfig,
     address: String,
     delivery_timeout: Duration,
 }
@@ -57,6 +64,8 @@ fn client_config(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", bootstrap)
+        // Reconnect within a second of the broker coming back, not librdkafka's 10 s backoff.
+        .set("reconnect.backoff.max.ms", "1000")
         .set("socket.timeout.ms", "10000")
         .set("log_level", "3");
     config
@@ -112,7 +121,9 @@ impl KafkaPublisher {
             .await
             .map_err(|e| fail("cannot reach the cluster", e))?;
         Ok(KafkaPublisher {
-            producer,
+            producer: std::sync::Arc::new(std::sync::RwLock::new(producer)),
+            broken: std::sync::Arc::default(),
+            config,
             address: bootstrap.to_owned(),
             delivery_timeout,
         })
@@ -158,9 +169,45 @@ impl KafkaPublisher {
     }
 }
 
+impl KafkaPublisher {
+    /// The producer to publish with: a new one when the current one had a fatal error, or
+    /// the broker refused it (fenced, out of sequence) in the last batch.
+    fn producer(&self) -> FutureProducer {
+        use std::sync::atomic::Ordering;
+        let current = self
+            .producer
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let (code, reason) = match current.client().fatal_error() {
+            Some((code, reason)) => (code, reason),
+            None if self.broken.swap(false, Ordering::SeqCst) => (
+                RDKafkaErrorCode::ProducerFenced,
+                "refused by the broker".to_owned(),
+            ),
+            None => return current,
+        };
+        match self.config.create::<FutureProducer>() {
+            Ok(fresh) => {
+                tracing::warn!(broker = %self.address, ?code, %reason, "the Kafka producer failed for good (a fatal error, or fenced by the broker); publishing with a new one");
+                *self
+                    .producer
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh.clone();
+                fresh
+            }
+            Err(e) => {
+                tracing::warn!(broker = %self.address, error = %e, "cannot create a new Kafka producer");
+                current
+            }
+        }
+    }
+}
+
 impl Publisher for KafkaPublisher {
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         // Enqueue every record, then wait for the delivery reports: librdkafka batches them.
+        let producer = self.producer();
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let topic = Self::topic(message);
@@ -188,7 +235,7 @@ impl Publisher for KafkaPublisher {
                 .key(message.envelope.aggregate_id.as_str())
                 .payload(&payload)
                 .headers(headers);
-            pending.push(match self.producer.send_result(record) {
+            pending.push(match producer.send_result(record) {
                 Ok(delivery) => Ok(delivery),
                 Err((e, _)) => Err(publish_failure("Kafka refused the record", e)),
             });
@@ -213,7 +260,12 @@ impl Publisher for KafkaPublisher {
             while let Some((at, report)) = reports.next().await {
                 results[at] = Some(match report {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(publish_failure("Kafka did not write the record", e)),
+                    Ok(Err((e, _))) => {
+                        if producer_refused(&e) {
+                            self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Err(publish_failure("Kafka did not write the record", e))
+                    }
                     Err(_) => Err(PublishError::unavailable(
                         "Kafka did not write the record",
                         "the producer stopped before reporting the delivery",
@@ -232,6 +284,26 @@ impl Publisher for KafkaPublisher {
             )
         })
     }
+}
+
+/// Whether the broker refused the producer rather than the record: an idempotent producer
+/// fenced or out of sequence (after a lost connection, say), which must be replaced.
+fn producer_refused(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    let code = match e {
+        KafkaError::MessageProduction(code) => Some(*code),
+        _ => e.rdkafka_error_code(),
+    };
+    matches!(
+        code,
+        Some(
+            Code::Fatal
+                | Code::ProducerFenced
+                | Code::InvalidProducerEpoch
+                | Code::OutOfOrderSequenceNumber
+                | Code::UnknownProducerId
+        )
+    )
 }
 
 /// How long past `delivery.timeout.ms` a delivery report is waited for.
@@ -260,7 +332,13 @@ fn publish_failure(context: &str, e: KafkaError) -> PublishError {
             | Code::NotEnoughReplicasAfterAppend
             | Code::BrokerNotAvailable
             | Code::NotCoordinator
-            | Code::OperationTimedOut,
+            | Code::OperationTimedOut
+            // The producer, not the record: the next publish uses a new producer.
+            | Code::Fatal
+            | Code::ProducerFenced
+            | Code::InvalidProducerEpoch
+            | Code::OutOfOrderSequenceNumber
+            | Code::UnknownProducerId,
         ) => PublishError::unavailable(context, e),
         _ => PublishError::with_source(context, e),
     }
