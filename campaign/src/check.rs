@@ -138,6 +138,23 @@ impl Truth {
             .collect())
     }
 
+    /// The longest time from commit to publish of any event, in milliseconds.
+    pub(crate) async fn longest_publish_wait_ms(&self) -> anyhow::Result<i64> {
+        Ok(match self {
+            Truth::Postgres(pool) => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT CAST(EXTRACT(EPOCH FROM MAX(published_time - create_time)) * 1000 AS BIGINT) FROM biz_outbox_event",
+            )
+            .fetch_one(pool)
+            .await?,
+            Truth::MariaDb(pool) => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, create_time, published_time)) DIV 1000 AS SIGNED) FROM biz_outbox_event",
+            )
+            .fetch_one(pool)
+            .await?,
+        }
+        .unwrap_or(0))
+    }
+
     /// Published events and distinct effects so far: the drain's progress.
     pub(crate) async fn progress(&self) -> anyhow::Result<(i64, i64, i64)> {
         let total = self.count("SELECT COUNT(*) FROM biz_outbox_event").await?;
@@ -294,6 +311,12 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
             "{} aggregates whose effects are not their sequences 1..n in order: {}",
             out_of_order.len(),
             some(&out_of_order)
+        ));
+    }
+    if let Ok(ms) = truth.longest_publish_wait_ms().await {
+        findings.figures.push(format!(
+            "longest commit-to-publish wait of any event: {:.1} s (a killed or paused relay's events wait for its lease, 15 s, plus recovery)",
+            ms as f64 / 1000.0
         ));
     }
     if quarantined > 0 {

@@ -64,7 +64,20 @@ fn main() -> std::process::ExitCode {
     };
     let outcome = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(args).await,
+            Command::Run(args) => {
+                // SIGINT or SIGTERM ends the run; dropping it stops every process and service.
+                tokio::select! {
+                    outcome = run::run(args) => outcome,
+                    _ = tokio::signal::ctrl_c() => {
+                        eprintln!("event-campaign: interrupted; stopping every process");
+                        Ok(std::process::ExitCode::from(130))
+                    }
+                    () = roles::terminated() => {
+                        eprintln!("event-campaign: terminated; stopping every process");
+                        Ok(std::process::ExitCode::from(143))
+                    }
+                }
+            }
             Command::Schedule(args) => run::print_schedule(args),
             Command::Producer(args) => roles::producer(args).await,
             Command::Consumer(args) => roles::consumer(args).await,

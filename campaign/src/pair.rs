@@ -80,7 +80,9 @@ impl Broker {
         }
     }
 
-    /// Whether a crash-restart keeps the broker's data (Tansu here stores in memory).
+    /// Whether a crash-restart keeps the broker's data. Tansu here stores in memory: its S3
+    /// storage (a local moto server) keeps data across a crash, but its consumer groups then
+    /// delivered nothing in a campaign, so the Kafka pair is not crashed.
     pub(crate) fn survives_crash(self) -> bool {
         !matches!(self, Broker::Kafka)
     }

@@ -21,7 +21,7 @@ use sqlx::pool::PoolOptions;
 use crate::pair::{Broker, CONSUMER, QUEUE, STREAM, TOPIC};
 
 /// Ends when the process gets SIGTERM or SIGINT.
-async fn terminated() {
+pub(crate) async fn terminated() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

@@ -39,6 +39,9 @@ pub(crate) struct RunArgs {
     /// Events a second, per producer.
     #[arg(long, default_value_t = 100)]
     rate: u32,
+    /// Aggregates each producer writes to.
+    #[arg(long, default_value_t = 1000)]
+    aggregates: u64,
     /// The drain after healing must end within this many seconds.
     #[arg(long, default_value_t = 60)]
     drain_limit: u64,
@@ -100,12 +103,13 @@ pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 /// The replay line of a run.
 fn replay_line(args: &RunArgs) -> String {
     format!(
-        "--pair {} --seed {} --load {} --faults {} --rate {}",
+        "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {}",
         args.pair.name(),
         args.seed,
         args.load,
         args.faults,
-        args.rate
+        args.rate,
+        args.aggregates
     )
 }
 
@@ -164,8 +168,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         replay_line(&args)
     );
     println!(
-        "  {PRODUCERS} producers at {} events/s each, {RELAYS} eventctl relays (default lease {} s), {CONSUMERS} consumers (batch 1 and 20), {} s of load, {} faults; directory {}",
+        "  {PRODUCERS} producers at {} events/s each on {} aggregates each, {RELAYS} eventctl relays (default lease {} s), {CONSUMERS} consumers (batch 1 and 20), {} s of load, {} faults; directory {}",
         args.rate,
+        args.aggregates,
         LEASE.as_secs(),
         args.load,
         plan.len(),
@@ -214,6 +219,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut longest_stall = Duration::ZERO;
         let mut last_published = -1;
         let mut since = tokio::time::Instant::now();
+        let mut next_report = Duration::from_secs(10);
         while load_start.elapsed() < load {
             tokio::time::sleep(Duration::from_secs(1)).await;
             if let Ok((total, published, applied)) = world_ref.truth.progress().await {
@@ -223,7 +229,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     longest_stall = longest_stall.max(since.elapsed());
                 }
-                if load_start.elapsed().as_secs().is_multiple_of(10) {
+                if load_start.elapsed() >= next_report {
+                    next_report += Duration::from_secs(10);
                     println!(
                         "  t={:>6.1}s  committed {total}, published {published}, applied {applied}",
                         load_start.elapsed().as_secs_f64()
@@ -453,6 +460,7 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
                     format!("--db={}", via(Link::ProducerDb)),
                     format!("--id=p{i}"),
                     format!("--rate={}", args.rate),
+                    format!("--aggregates={}", args.aggregates),
                     format!(
                         "--acked={}",
                         dir.join(format!("producer-{i}.acked")).display()

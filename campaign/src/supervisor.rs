@@ -65,7 +65,7 @@ impl Supervised {
     }
 
     /// Stops it: SIGCONT (it may be paused), SIGTERM, then SIGKILL after `grace`.
-    pub(crate) async fn stop(self, grace: Duration) {
+    pub(crate) async fn stop(mut self, grace: Duration) {
         self.stopping.store(true, Ordering::SeqCst);
         self.signal("CONT");
         self.signal("TERM");
@@ -74,7 +74,16 @@ impl Supervised {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.signal("KILL");
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Supervised {
+    /// A run that ends early (an error, SIGINT) leaves no process behind.
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.signal("CONT");
+        self.signal("KILL");
     }
 }
 

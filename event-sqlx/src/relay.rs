@@ -373,6 +373,22 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             .map_err(|e| self.outbox.db_error(e))?;
             report.cancelled = usize::try_from(cancelled).unwrap_or(usize::MAX);
         }
+        // A mark retried after its answer was lost finds the rows its first run marked no
+        // longer held: they are published by this relay, not lost to another.
+        let marked = if (marked as usize) < published.len() {
+            retry_transient(
+                || async {
+                    let mut conn = pool.acquire().await?;
+                    sql::count_published_at::<DB>(&mut conn, table, &published, finished).await
+                },
+                deadline,
+            )
+            .await
+            .unwrap_or(marked)
+            .max(marked)
+        } else {
+            marked
+        };
         report.published = usize::try_from(marked).unwrap_or(0);
         report.lease_lost = published.len() - report.published.min(published.len());
         report.failed = failures.len();
@@ -438,31 +454,47 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         };
         let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
         let beat = lease / 3;
+        // Renews the batch's leases for a whole lease from now, and on success moves the end.
+        let renew = async || {
+            let started = Instant::now();
+            let until = after(self.outbox.now(), lease);
+            let renewal = async {
+                let mut conn = self.outbox.pool().acquire().await?;
+                sql::renew_leases::<DB>(
+                    &mut conn,
+                    &self.outbox.config().table,
+                    &self.config.instance_id,
+                    &ids,
+                    until,
+                )
+                .await
+            };
+            let renewed = tokio::time::timeout(beat, renewal).await;
+            // Extended only while every row is still this relay's: one recovered meanwhile
+            // lets the watchdog stop the batch.
+            if let Ok(Ok(held)) = renewed
+                && usize::try_from(held).is_ok_and(|held| held == ids.len())
+            {
+                *lease_end
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = started + lease;
+            }
+            renewed
+        };
+        // A claim that took most of the lease (a slow database, a large backlog) leaves too
+        // little of it to publish in: renew it first, or the watchdog gives the batch back at
+        // once, claim after claim.
+        if end().saturating_duration_since(Instant::now()) < lease / 2 {
+            let _ = renew().await;
+        }
         let heartbeat = async {
             loop {
                 // A third of the lease after it was last set: at once for a batch claimed while
                 // the one before it was in flight.
                 let renew_at = end().checked_sub(lease - beat).unwrap_or_else(Instant::now);
                 tokio::time::sleep_until(renew_at).await;
-                let started = Instant::now();
-                let until = after(self.outbox.now(), lease);
-                let renewal = async {
-                    let mut conn = self.outbox.pool().acquire().await?;
-                    sql::renew_leases::<DB>(
-                        &mut conn,
-                        &self.outbox.config().table,
-                        &self.config.instance_id,
-                        &ids,
-                        until,
-                    )
-                    .await
-                };
-                match tokio::time::timeout(beat, renewal).await {
-                    Ok(Ok(_held)) => {
-                        *lease_end
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = started + lease;
-                    }
+                match renew().await {
+                    Ok(Ok(_held)) => {}
                     Ok(Err(e)) => {
                         tracing::warn!(relay = %self.config.instance_id, error = %Chain(&e), "could not renew the lease of the batch in flight");
                         tokio::time::sleep(beat / 5).await;

@@ -701,6 +701,27 @@ pub(crate) async fn mark_published<DB: Backend>(
     q.execute(conn).await
 }
 
+/// How many of `ids` are published with `published_time` = `at`: those a mark at `at` wrote,
+/// when its answer was lost and it ran again (and so found them no longer held).
+pub(crate) async fn count_published_at<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    ids: &[i64],
+    at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT COUNT(*) AS marked FROM {table} WHERE publish_status = {SUCCEEDED} AND published_time = "
+    ));
+    q.bind(at).push(" AND id IN ").list(ids.iter().copied());
+    match q.fetch(conn).await?.first() {
+        Some(row) => Ok(u64::try_from(Columns::<DB>(row).i64("marked")?).unwrap_or(0)),
+        None => Ok(0),
+    }
+}
+
 /// In progress -> failed, for the rows `relay_id` still holds: the seed's write for a whole
 /// batch, each row with its own next retry time and reason through CASE. Rows already at their
 /// retry limit stay failed without counting further (the second pass).
