@@ -492,3 +492,83 @@ async fn jetstream_gives_back_at_once_what_a_stopped_consumer_did_not_process() 
     publisher.jetstream().delete_stream(&stream).await.unwrap();
     db.cleanup().await;
 }
+
+/// Messages a JetStream subscription had received but not processed when it is dropped are
+/// given back at once, not left for the ack wait: the next subscription gets them straight away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_gives_back_what_a_dropped_subscription_held() {
+    use event_sqlx::{Consumer, Delivered, JetStreamSubscription};
+    use event_tests::fixtures::OrderPlaced;
+
+    let url = nats_url();
+    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+        return;
+    };
+    let topic = unique("held").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    let consumer = Consumer::new(db.pool().clone(), "held-service", "1.0.0")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    // An ack wait far longer than the test: only a nak brings the messages back in time.
+    let subscribe = async || {
+        JetStreamSubscription::durable(
+            &publisher,
+            &stream,
+            "held-service",
+            &format!("{topic}.>"),
+            Duration::from_secs(300),
+        )
+        .await
+        .unwrap()
+    };
+    let first = subscribe().await;
+    // The first drain opens the pull stream; nothing is there yet.
+    let report = first
+        .drain(&consumer, Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 0);
+    place(&db, &outbox, "o-", 3).await;
+    let relay = outbox.relay(publisher.clone(), RelayConfig::new("held-relay"));
+    assert_eq!(relay.run_once().await.unwrap().published, 3);
+    // The server delivers them to the open pull stream; no drain takes them.
+    let js = publisher.jetstream();
+    wait::until(Duration::from_secs(10), async || {
+        let mut durable = js
+            .get_stream(&stream)
+            .await
+            .map_err(|e| e.to_string())?
+            .get_consumer::<async_nats::jetstream::consumer::pull::Config>("held-service")
+            .await
+            .map_err(|e| e.to_string())?;
+        let info = durable.info().await.map_err(|e| e.to_string())?;
+        match info.num_ack_pending {
+            3 => Ok(()),
+            n => Err(format!("{n} of 3 delivered")),
+        }
+    })
+    .await;
+    drop(first);
+
+    let second = subscribe().await;
+    let mut applied = 0;
+    wait::until(Duration::from_secs(10), async || {
+        applied += second
+            .drain(&consumer, Duration::from_millis(500))
+            .await
+            .map_err(|e| e.to_string())?
+            .applied;
+        match applied {
+            3 => Ok(()),
+            n => Err(format!("{n} of 3 applied")),
+        }
+    })
+    .await;
+    js.delete_stream(&stream).await.unwrap();
+    db.cleanup().await;
+}

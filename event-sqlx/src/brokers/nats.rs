@@ -226,7 +226,8 @@ fn publish_failure(context: &str, e: jetstream::context::PublishError) -> Publis
 /// is dropped when a pull request expires and then redelivered after the ack wait, behind newer
 /// messages of its aggregate. A message that arrives before its aggregate's previous sequence
 /// was applied ([`Processed::Early`](crate::Processed::Early)) is given back with a nak that
-/// JetStream honours after a short delay.
+/// JetStream honours after a short delay. Dropping the subscription gives back at once what its
+/// pull stream had received and no drain processed.
 pub struct JetStreamSubscription {
     consumer: jetstream::consumer::PullConsumer,
     batch: usize,
@@ -412,5 +413,26 @@ impl super::Drain for JetStreamSubscription {
         idle: std::time::Duration,
     ) -> Result<super::ConsumeReport, Error> {
         self.drain(consumer, idle).await
+    }
+}
+
+impl Drop for JetStreamSubscription {
+    /// Gives back at once (a nak) the messages the pull stream had received and no drain
+    /// processed, so that another consumer gets them now, not after the ack wait.
+    fn drop(&mut self) {
+        use futures_util::StreamExt;
+        let Some(mut messages) = self.messages.get_mut().take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            // What is buffered comes at once; the stream then stays quiet.
+            let quiet = Duration::from_millis(100);
+            while let Ok(Some(Ok(message))) = tokio::time::timeout(quiet, messages.next()).await {
+                let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+            }
+        });
     }
 }
