@@ -339,8 +339,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             .await
             .map_err(|e| self.outbox.db_error(e))?;
         }
+        let mark_runs = std::sync::atomic::AtomicUsize::new(0);
         let marked = retry_transient(
             || async {
+                mark_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut conn = pool.acquire().await?;
                 sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished).await
             },
@@ -375,7 +377,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
         // A mark retried after its answer was lost finds the rows its first run marked no
         // longer held: they are published by this relay, not lost to another.
-        let marked = if (marked as usize) < published.len() {
+        let retried = mark_runs.load(std::sync::atomic::Ordering::Relaxed) > 1;
+        let marked = if retried && (marked as usize) < published.len() {
             retry_transient(
                 || async {
                     let mut conn = pool.acquire().await?;
