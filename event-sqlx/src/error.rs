@@ -5,6 +5,27 @@
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why an operation of the outbox, the relay, the message store, a consumer or a broker failed.
+///
+/// Recording an event (`event_core::RecordError`) converts into it, so a repository function
+/// uses `?` on the unit of work and on the outbox alike:
+///
+/// ```no_run
+/// # #[cfg(feature = "sqlite")]
+/// # mod demo {
+/// use event_core::{Aggregate, EventContext, UnitOfWork};
+/// use event_sqlx::{Commit, Error, Outbox};
+///
+/// async fn save(
+///     outbox: &Outbox<sqlx::Sqlite>,
+///     tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+///     order: &mut impl Aggregate,
+/// ) -> Result<Commit, Error> {
+///     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+///     uow.collect(order)?; // an event_core::RecordError
+///     outbox.commit(tx, uow).await // an event_sqlx::Error
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -98,6 +119,10 @@ pub enum Error {
     /// A stored row could not be read back.
     #[error(transparent)]
     Record(#[from] RecordError),
+    /// An event could not be recorded on its aggregate or in its unit of work
+    /// (`Aggregate::record`, `UnitOfWork::collect`): the message names the mistake.
+    #[error(transparent)]
+    Recording(#[from] event_core::RecordError),
     /// A broker could not be reached or set up.
     #[error("{broker} at {address}: {action}")]
     Broker {
