@@ -192,6 +192,42 @@ async fn a_dead_relays_events_go_out_within_the_default_lease_and_recovery<DB: O
     assert_eq!(delivered, 5);
 }
 
+/// After a relay died mid-batch and its lease ran out, `drain` leaves its events alone (they
+/// wait for a recovery pass) and `drain_recovering` publishes them, as `--until-idle` does.
+async fn drain_recovering_finishes_what_a_dead_relay_left<DB: Orders>(db: &TestDb<DB>) {
+    place_orders(db, "o-r", 4).await;
+    let clock = ManualClock::starting_now();
+    let outbox = db.outbox.clone().with_clock(clock.clone());
+    let (held, _received) = Held::new();
+    let dying = outbox.relay(held.clone(), RelayConfig::new("dying"));
+    let dying = tokio::spawn(async move { dying.run_once().await });
+    tokio::time::timeout(Duration::from_secs(30), held.entered.notified())
+        .await
+        .expect("the relay claimed its batch and began to publish");
+    dying.abort();
+    let _ = dying.await;
+    clock.advance(Duration::from_secs(16));
+
+    let (publisher, mut received) = ChannelPublisher::channel(64);
+    let rescuer = outbox.relay(
+        publisher,
+        RelayConfig::new("rescuer").lease_recovery(Duration::from_secs(5), Duration::ZERO),
+    );
+    assert_eq!(
+        rescuer.drain().await.unwrap().published,
+        0,
+        "drain does not recover leases"
+    );
+    let report = rescuer.drain_recovering().await.unwrap();
+    assert_eq!(report.published, 4, "{report:?}");
+    let mut delivered = 0;
+    while received.try_recv().is_ok() {
+        delivered += 1;
+    }
+    assert_eq!(delivered, 4);
+    assert!(outbox.lease_expired(10).await.unwrap().is_empty());
+}
+
 async fn an_outage_gives_the_batch_back_without_spending_retries<DB: Orders>(db: &TestDb<DB>) {
     place_orders(db, "o-u", 4).await;
     let down = Arc::new(AtomicBool::new(true));
@@ -367,6 +403,7 @@ macro_rules! on_every_backend {
 on_every_backend!(
     a_slow_batch_keeps_its_lease_by_heartbeat,
     a_dead_relays_events_go_out_within_the_default_lease_and_recovery,
+    drain_recovering_finishes_what_a_dead_relay_left,
     an_outage_gives_the_batch_back_without_spending_retries,
     a_failed_event_given_back_stays_failed_with_its_count,
     shutdown_gives_back_a_batch_the_broker_never_acknowledges,

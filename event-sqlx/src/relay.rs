@@ -101,7 +101,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// events that follow theirs in each aggregate become claimable once they are published: of
     /// several relays draining one backlog, none returns while work it could share remains. A
     /// relay that died holds its leases until they expire; `drain` waits that long, and leaves
-    /// the expired leases to [`Relay::recover_expired_leases`].
+    /// the expired leases to [`Relay::recover_expired_leases`] ([`Relay::drain_recovering`]
+    /// does both).
     ///
     /// On PostgreSQL and MySQL the next batch is claimed while a full one is published and
     /// marked, on a second connection; after a batch that was not full, and on SQLite, which has
@@ -575,6 +576,20 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 tracing::warn!(relay = relay_id, error = %Chain(&e), "could not give back a claimed batch; its leases expire and are recovered");
             }
         }
+    }
+
+    /// [`Relay::drain`] for a backlog a dead relay may have left, as `eventctl relay
+    /// --until-idle` does: recovers the expired leases first, drains, then recovers the leases
+    /// that expired meanwhile and drains again while there are some and they are due at once
+    /// (a recovery delay of zero, [`RelayConfig::lease_recovery`]). With a recovery delay, the
+    /// events recovered are due after it, for a later call or [`Relay::run`].
+    pub async fn drain_recovering(&self) -> Result<BatchReport, Error> {
+        self.recover_expired_leases().await?;
+        let mut total = self.drain().await?;
+        while self.recover_expired_leases().await? > 0 && self.config.recovery_delay.is_zero() {
+            total += self.drain().await?;
+        }
+        Ok(total)
     }
 
     /// Moves events whose lease expired (their relay died) back to failed, due after the
