@@ -11,7 +11,7 @@ use anyhow::Context;
 use event_core::{Aggregate, EventContext, EventEnvelope, RecordedEvents, UnitOfWork};
 use event_sqlx::{
     Backend, Commit, Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaSubscription,
-    NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, Route,
+    Outbox, OutboxConfig, RabbitMqSubscription, Route,
 };
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
 use rand_chacha::ChaCha8Rng;
@@ -259,9 +259,8 @@ async fn consume<DB: Effects>(args: &ConsumerArgs) -> anyhow::Result<ExitCode> {
         });
     let report = match args.broker {
         Broker::Jetstream => {
-            let nats = NatsPublisher::connect(&args.broker_url).await?;
-            let subscription = JetStreamSubscription::durable(
-                &nats,
+            let subscription = JetStreamSubscription::connect(
+                &args.broker_url,
                 STREAM,
                 CONSUMER,
                 &format!("{TOPIC}.>"),
@@ -272,10 +271,10 @@ async fn consume<DB: Effects>(args: &ConsumerArgs) -> anyhow::Result<ExitCode> {
             subscription.run(&consumer, terminated()).await
         }
         Broker::Rabbitmq => {
-            let rabbit = RabbitMqPublisher::connect(&args.broker_url).await?;
-            let subscription = RabbitMqSubscription::bind(&rabbit, TOPIC, QUEUE, "order.*")
-                .await?
-                .batch(args.batch);
+            let subscription =
+                RabbitMqSubscription::connect(&args.broker_url, TOPIC, QUEUE, "order.*")
+                    .await?
+                    .batch(args.batch);
             subscription.run(&consumer, terminated()).await
         }
         Broker::Kafka => {

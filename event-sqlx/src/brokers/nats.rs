@@ -243,9 +243,24 @@ impl std::fmt::Debug for JetStreamSubscription {
 }
 
 impl JetStreamSubscription {
+    /// [`JetStreamSubscription::durable`] on a connection of its own to `url`
+    /// (`nats://host:port`): for a service that only consumes. The stream must exist (the
+    /// relay's side creates it).
+    pub async fn connect(
+        url: &str,
+        stream: &str,
+        durable: &str,
+        filter_subject: &str,
+        ack_wait: Duration,
+    ) -> Result<JetStreamSubscription, Error> {
+        let connection = NatsPublisher::connect(url).await?;
+        Self::durable(&connection, stream, durable, filter_subject, ack_wait).await
+    }
+
     /// The durable consumer `durable` on `stream`, receiving `filter_subject` (e.g.
     /// `order.event.>`), created if missing. `ack_wait` is how long JetStream waits for an ack
-    /// before delivering again.
+    /// before delivering again. It shares the connection of `publisher`;
+    /// [`JetStreamSubscription::connect`] opens one of its own.
     pub async fn durable(
         publisher: &NatsPublisher,
         stream: &str,

@@ -372,8 +372,22 @@ struct Intake {
 }
 
 impl RabbitMqSubscription {
+    /// [`RabbitMqSubscription::bind`] on a connection of its own to `url`
+    /// (`amqp://user:pass@host:port/vhost`): for a service that only consumes. The exchange
+    /// must exist (the relay's side declares it).
+    pub async fn connect(
+        url: &str,
+        exchange: &str,
+        queue: &str,
+        binding_key: &str,
+    ) -> Result<RabbitMqSubscription, Error> {
+        let connection = RabbitMqPublisher::connect(url).await?;
+        Self::bind(&connection, exchange, queue, binding_key).await
+    }
+
     /// Declares the durable queue `queue`, binds it to `exchange` with `binding_key` (e.g.
-    /// `order.*`), and takes up to 100 unacknowledged messages at a time.
+    /// `order.*`), and takes up to 100 unacknowledged messages at a time. It shares the
+    /// connection of `publisher`; [`RabbitMqSubscription::connect`] opens one of its own.
     pub async fn bind(
         publisher: &RabbitMqPublisher,
         exchange: &str,
