@@ -449,9 +449,10 @@ impl KafkaSubscription {
     /// Applies up to `size` messages in one database transaction (see
     /// [`Consumer::receive_batch`](crate::Consumer::receive_batch)) and commits their offsets
     /// once: what has arrived is taken at once, up to `size`, without waiting for a batch to
-    /// fill. 1, the default, is one transaction per message.
+    /// fill. 1, the default, is one transaction per message. At most 10,000: a size out of
+    /// range is clamped, with a warning.
     pub fn batch(mut self, size: usize) -> KafkaSubscription {
-        self.batch = size.clamp(1, 10_000);
+        self.batch = super::batch_size("Kafka", size, 10_000);
         self
     }
 

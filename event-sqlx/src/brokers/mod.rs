@@ -19,6 +19,21 @@ pub use nats::{JetStreamSubscription, NatsPublisher};
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) const EARLY_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// `size` within 1..=`max`, saying so when it is not: a subscription's `.batch(n)`.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn batch_size(broker: &str, size: usize, max: usize) -> usize {
+    let clamped = size.clamp(1, max);
+    if clamped != size {
+        tracing::warn!(
+            broker,
+            asked = size,
+            used = clamped,
+            "batch size out of range (1 to {max}); using {clamped}"
+        );
+    }
+    clamped
+}
+
 /// What a subscription processed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConsumeReport {

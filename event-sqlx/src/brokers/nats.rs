@@ -305,9 +305,10 @@ impl JetStreamSubscription {
     /// [`Consumer::receive_batch`]): what has arrived is taken at once, up to `size`, without
     /// waiting for a batch to fill, so a quiet stream is consumed with no added latency and a
     /// busy one in batches. 1, the default, is one transaction per message. Keep `size` well
-    /// under the consumer's `max_ack_pending` (1000 by default).
+    /// under the consumer's `max_ack_pending` (1000 by default). At most 1000: a size out of
+    /// range is clamped, with a warning.
     pub fn batch(mut self, size: usize) -> JetStreamSubscription {
-        self.batch = size.clamp(1, 1000);
+        self.batch = super::batch_size("JetStream", size, 1000);
         self
     }
 

@@ -447,9 +447,9 @@ impl RabbitMqSubscription {
     /// [`Consumer::receive_batch`](crate::Consumer::receive_batch)) and acknowledges them with
     /// one multiple ack: the deliveries already prefetched are taken at once, up to `size`,
     /// without waiting for a batch to fill. 1, the default, is one transaction per message.
-    /// At most the prefetch (1000) is used.
+    /// At most the prefetch (1000) is used: a size out of range is clamped, with a warning.
     pub fn batch(mut self, size: usize) -> RabbitMqSubscription {
-        self.batch = size.clamp(1, PREFETCH as usize);
+        self.batch = super::batch_size("RabbitMQ", size, PREFETCH as usize);
         self
     }
 
