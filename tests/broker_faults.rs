@@ -434,6 +434,19 @@ async fn kafka_relay_publishes_again_after_its_connections_are_cut() {
     db.cleanup().await;
 }
 
+/// A NATS publisher, a fresh topic named from `prefix`, and a JetStream stream capturing it.
+async fn jetstream_with_stream(prefix: &str) -> Option<(NatsPublisher, String, String)> {
+    let url = nats_url();
+    let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
+    let topic = unique(prefix).replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await
+        .unwrap();
+    Some((publisher, topic, stream))
+}
+
 /// A JetStream message whose processing stopped the consumer (a bug) is given back at once, not
 /// left for the ack wait: the next drain, with the bug fixed, applies it straight away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -441,16 +454,9 @@ async fn jetstream_gives_back_at_once_what_a_stopped_consumer_did_not_process() 
     use event_sqlx::{Consumer, Delivered, HandlerError, JetStreamSubscription};
     use event_tests::fixtures::OrderPlaced;
 
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some((publisher, topic, stream)) = jetstream_with_stream("stop").await else {
         return;
     };
-    let topic = unique("stop").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
     place(&db, &outbox, "o-", 1).await;
@@ -500,16 +506,9 @@ async fn jetstream_gives_back_what_a_dropped_subscription_held() {
     use event_sqlx::{Consumer, Delivered, JetStreamSubscription};
     use event_tests::fixtures::OrderPlaced;
 
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some((publisher, topic, stream)) = jetstream_with_stream("held").await else {
         return;
     };
-    let topic = unique("held").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
     let consumer = Consumer::new(db.pool().clone(), "held-service", "1.0.0")

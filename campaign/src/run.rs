@@ -21,9 +21,9 @@ use crate::supervisor::{Spec, Supervised};
 /// The lease of `eventctl relay`'s defaults, which the relays run with.
 const LEASE: Duration = Duration::from_secs(15);
 
-/// `event-campaign run`.
+/// What fixes a run's schedule: the pair, the seed, the load's length and the faults in it.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct RunArgs {
+pub(crate) struct PlanArgs {
     /// The database and broker.
     #[arg(long, value_enum)]
     pair: Pair,
@@ -36,6 +36,25 @@ pub(crate) struct RunArgs {
     /// How many faults.
     #[arg(long, default_value_t = 12)]
     faults: usize,
+}
+
+impl PlanArgs {
+    /// The seed's schedule.
+    fn schedule(&self) -> Vec<Scheduled> {
+        schedule::generate(
+            self.seed,
+            Duration::from_secs(self.load),
+            self.faults,
+            shape(self.pair),
+        )
+    }
+}
+
+/// `event-campaign run`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
     /// Events a second, per producer.
     #[arg(long, default_value_t = 100)]
     rate: u32,
@@ -63,14 +82,8 @@ pub(crate) struct RunArgs {
 /// `event-campaign schedule`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ScheduleArgs {
-    #[arg(long, value_enum)]
-    pair: Pair,
-    #[arg(long)]
-    seed: u64,
-    #[arg(long, default_value_t = 60)]
-    load: u64,
-    #[arg(long, default_value_t = 12)]
-    faults: usize,
+    #[command(flatten)]
+    plan: PlanArgs,
 }
 
 const PRODUCERS: usize = 2;
@@ -88,13 +101,7 @@ fn shape(pair: Pair) -> Shape {
 }
 
 pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
-    let plan = schedule::generate(
-        args.seed,
-        Duration::from_secs(args.load),
-        args.faults,
-        shape(args.pair),
-    );
-    for s in &plan {
+    for s in &args.plan.schedule() {
         println!("t={:>6.1}s  {}", s.at.as_secs_f64(), s.fault);
     }
     Ok(ExitCode::SUCCESS)
@@ -104,10 +111,10 @@ pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 fn replay_line(args: &RunArgs) -> String {
     format!(
         "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {}",
-        args.pair.name(),
-        args.seed,
-        args.load,
-        args.faults,
+        args.plan.pair.name(),
+        args.plan.seed,
+        args.plan.load,
+        args.plan.faults,
         args.rate,
         args.aggregates
     )
@@ -135,14 +142,14 @@ impl World {
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let load = Duration::from_secs(args.load);
-    let plan = schedule::generate(args.seed, load, args.faults, shape(args.pair));
+    let load = Duration::from_secs(args.plan.load);
+    let plan = args.plan.schedule();
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!(
             "event-campaign-{}-{}-{}",
-            args.pair.name(),
-            args.seed,
+            args.plan.pair.name(),
+            args.plan.seed,
             std::process::id()
         )),
     };
@@ -164,7 +171,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     println!(
         "campaign {}: replay with `event-campaign run {}`",
-        args.pair.name(),
+        args.plan.pair.name(),
         replay_line(&args)
     );
     println!(
@@ -172,7 +179,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.rate,
         args.aggregates,
         LEASE.as_secs(),
-        args.load,
+        args.plan.load,
         plan.len(),
         dir.display()
     );
@@ -326,7 +333,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     world.db.lock().await.stop().await;
     world.broker.lock().await.stop().await;
 
-    println!("campaign {} seed {}:", args.pair.name(), args.seed);
+    println!(
+        "campaign {} seed {}:",
+        args.plan.pair.name(),
+        args.plan.seed
+    );
     for figure in &findings.figures {
         println!("  {figure}");
     }
@@ -356,7 +367,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyhow::Result<World> {
-    let pair = args.pair;
+    let pair = args.plan.pair;
     let db = services::start_db(pair.db(), dir).await?;
     let db_url = pair.db().url(db.port);
     let truth = Truth::connect(pair.db(), &db_url).await?;

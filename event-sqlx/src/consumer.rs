@@ -385,8 +385,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
         ordered: bool,
     ) -> Result<Processed, Error> {
         let handled = routes.handles(&envelope.event_type);
-        let order = self.order_check(envelope).filter(|_| ordered);
-        if !handled && unknown == UnknownEvents::Ignore && order.is_none() {
+        let guarded = ordered && self.order.is_some();
+        if !handled && unknown == UnknownEvents::Ignore && !guarded {
             // Unguarded, nothing to record.
             return Ok(Processed::Ignored);
         }
@@ -394,7 +394,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
         loop {
             attempt += 1;
             let mut lost: Option<sqlx::Error> = None;
-            let order = self.order_check(envelope).filter(|_| order.is_some());
+            let order = self.order_check(envelope).filter(|_| guarded);
             let outcome = self
                 .inbox
                 .handle_guarded(envelope, order, async |tx: &mut DB::Connection| {

@@ -211,13 +211,10 @@ impl Publisher for KafkaPublisher {
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let topic = Self::topic(message);
-            let payload = match serde_json::to_vec(&message.envelope) {
+            let payload = match super::payload(message) {
                 Ok(payload) => payload,
                 Err(e) => {
-                    pending.push(Err(PublishError::with_source(
-                        "cannot serialize the envelope",
-                        e,
-                    )));
+                    pending.push(Err(e));
                     continue;
                 }
             };
@@ -365,6 +362,15 @@ struct Held {
 }
 
 impl Held {
+    /// Notes `message` as read: its partition's next offset moves past it. Returns the
+    /// partition.
+    fn read(&mut self, message: &impl Message) -> (String, i32) {
+        let partition = (message.topic().to_owned(), message.partition());
+        let next = self.processed.entry(partition.clone()).or_insert(0);
+        *next = (*next).max(message.offset() + 1);
+        partition
+    }
+
     /// The offsets to commit for `partitions`: the next processed, or the first held.
     fn offsets(&self, partitions: &[(String, i32)]) -> Vec<((String, i32), i64)> {
         partitions
@@ -532,11 +538,7 @@ impl KafkaSubscription {
                     // Not committed, and already read: held, so that the next drain tries
                     // them again (the inbox finds what was committed a duplicate).
                     for m in &batch {
-                        let next = held
-                            .processed
-                            .entry((m.topic().to_owned(), m.partition()))
-                            .or_insert(0);
-                        *next = (*next).max(m.offset() + 1);
+                        held.read(m);
                         held.messages.push(m.detach());
                     }
                     return Err(e);
@@ -545,10 +547,7 @@ impl KafkaSubscription {
             let had_held = !held.messages.is_empty();
             let mut partitions = Vec::new();
             for (m, early) in batch.iter().zip(early) {
-                let partition = (m.topic().to_owned(), m.partition());
-                let next = held.processed.entry(partition.clone()).or_insert(0);
-                *next = (*next).max(m.offset() + 1);
-                partitions.push(partition);
+                partitions.push(held.read(m));
                 if early {
                     held.messages.push(m.detach());
                 }

@@ -91,6 +91,15 @@ pub(crate) fn settle(
         .collect()
 }
 
+/// The message body every transport sends: the envelope's JSON, or the publish failure of a
+/// message that cannot be serialized.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn payload(message: &OutboxMessage) -> Result<Vec<u8>, crate::publisher::PublishError> {
+    serde_json::to_vec(&message.envelope).map_err(|e| {
+        crate::publisher::PublishError::with_source("cannot serialize the envelope", e)
+    })
+}
+
 /// The headers every transport carries, besides the broker's own deduplication id.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, String)> {

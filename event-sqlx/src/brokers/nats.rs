@@ -155,13 +155,10 @@ impl NatsPublisher {
                 for (name, value) in event_headers(message) {
                     headers.insert(name, value.as_str());
                 }
-                let payload = match serde_json::to_vec(&message.envelope) {
+                let payload = match super::payload(message) {
                     Ok(payload) => payload,
                     Err(e) => {
-                        results[at] = Some(Err(PublishError::with_source(
-                            "cannot serialize the envelope",
-                            e,
-                        )));
+                        results[at] = Some(Err(e));
                         continue;
                     }
                 };

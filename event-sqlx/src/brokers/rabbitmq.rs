@@ -277,13 +277,10 @@ impl Publisher for RabbitMqPublisher {
                     .with_content_type(ShortString::from("application/json"))
                     .with_delivery_mode(2)
                     .with_headers(headers);
-                let payload = match serde_json::to_vec(&message.envelope) {
+                let payload = match super::payload(message) {
                     Ok(payload) => payload,
                     Err(e) => {
-                        results[at] = Some(Err(PublishError::with_source(
-                            "cannot serialize the envelope",
-                            e,
-                        )));
+                        results[at] = Some(Err(e));
                         continue;
                     }
                 };
@@ -547,19 +544,9 @@ impl RabbitMqSubscription {
                 }
                 continue;
             }
-            // Some are held: ack the others one by one, since a multiple ack would take the
-            // held ones with it.
+            // Some are held: the others are acked one by one.
             let had_held = !held.is_empty();
-            for (delivery, early) in batch.into_iter().zip(early) {
-                if early {
-                    held.push(delivery);
-                } else {
-                    delivery
-                        .ack(BasicAckOptions::default())
-                        .await
-                        .map_err(&stopped)?;
-                }
-            }
+            hold_or_ack(consumer, batch, early, held).await?;
             if had_held {
                 // The batch may have applied what they waited for.
                 self.retry_held(consumer, held, &mut report).await?;
@@ -610,21 +597,32 @@ impl RabbitMqSubscription {
         held: &mut Vec<lapin::message::Delivery>,
         report: &mut super::ConsumeReport,
     ) -> Result<(), Error> {
-        use lapin::options::BasicAckOptions;
         let batch = std::mem::take(held);
         let early = self.process(consumer, &batch, held, report).await?;
-        for (delivery, early) in batch.into_iter().zip(early) {
-            if early {
-                held.push(delivery);
-            } else {
-                delivery
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .map_err(|e| Error::stopped(consumer.name(), "RabbitMQ failed", e))?;
-            }
-        }
-        Ok(())
+        hold_or_ack(consumer, batch, early, held).await
     }
+}
+
+/// Holds the deliveries that came early and acks the others, one by one: a multiple ack would
+/// take the held ones with it.
+async fn hold_or_ack<DB: Backend, R: Routes<DB>>(
+    consumer: &Consumer<DB, R>,
+    batch: Vec<lapin::message::Delivery>,
+    early: Vec<bool>,
+    held: &mut Vec<lapin::message::Delivery>,
+) -> Result<(), Error> {
+    use lapin::options::BasicAckOptions;
+    for (delivery, early) in batch.into_iter().zip(early) {
+        if early {
+            held.push(delivery);
+        } else {
+            delivery
+                .ack(BasicAckOptions::default())
+                .await
+                .map_err(|e| Error::stopped(consumer.name(), "RabbitMQ failed", e))?;
+        }
+    }
+    Ok(())
 }
 
 impl super::Drain for RabbitMqSubscription {
