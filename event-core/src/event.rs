@@ -128,6 +128,8 @@ pub struct EventRegistration {
     pub compatibility: &'static str,
     /// The payload schema.
     pub schema: fn() -> serde_json::Value,
+    /// Reads a payload as the Rust type and writes it back: what a reader of the payload sees.
+    pub roundtrip: fn(&serde_json::Value) -> Result<serde_json::Value, String>,
 }
 
 inventory::collect!(EventRegistration);
@@ -136,6 +138,16 @@ inventory::collect!(EventRegistration);
 #[doc(hidden)]
 pub fn event_schema_value<E: DomainEvent>() -> serde_json::Value {
     serde_json::to_value(E::event_schema()).unwrap_or(serde_json::Value::Null)
+}
+
+/// `payload` read as `E` and written back, for [`EventRegistration::roundtrip`].
+#[doc(hidden)]
+pub fn event_roundtrip<E: DomainEvent>(
+    payload: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let event: E =
+        E::deserialize(payload).map_err(|e| format!("cannot be read as the event: {e}"))?;
+    serde_json::to_value(&event).map_err(|e| format!("cannot be written back: {e}"))
 }
 
 /// Every event type derived in this program, in no particular order.

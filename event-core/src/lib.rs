@@ -30,7 +30,7 @@ pub mod __private {
 
     pub use inventory;
 
-    pub use crate::event::{EventRegistration, event_schema_value};
+    pub use crate::event::{EventRegistration, event_roundtrip, event_schema_value};
     pub use crate::upcast::step_of;
 
     /// A field used in an `event_no` template.

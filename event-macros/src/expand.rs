@@ -136,6 +136,7 @@ fn impl_domain_event(event: &Event<'_>) -> TokenStream {
                 rust_type: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
                 compatibility: #compatibility,
                 schema: #private::event_schema_value::<#ident>,
+                roundtrip: #private::event_roundtrip::<#ident>,
             }
         }
     }

@@ -1,6 +1,8 @@
 //! The time every statement binds as `now`: the system's, or one a test moves by hand.
 
 use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,6 +16,13 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 pub trait Clock: Debug + Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
+
+    /// Waits `duration` on this clock: the pause of a consumer between transient retries.
+    /// The system clock (and by default any clock) waits on tokio's timer; a test clock may
+    /// move its own time instead and return at once.
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 /// The system clock.

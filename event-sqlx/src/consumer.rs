@@ -273,7 +273,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
         self
     }
 
-    /// Reads the time from `clock` instead of the system clock: inbox and quarantine times (see
+    /// Reads the time from `clock` instead of the system clock: inbox and quarantine times, the
+    /// order guard's wait, and the pause between transient retries ([`Clock::sleep`]; see
     /// [`ManualClock`]).
     ///
     /// [`ManualClock`]: crate::ManualClock
@@ -509,7 +510,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                     )
                     .await;
             }
-            tokio::time::sleep(self.retries.delay(attempt)).await;
+            self.inbox.sleep(self.retries.delay(attempt)).await;
         }
     }
 

@@ -250,6 +250,20 @@ impl HandlerError {
     }
 }
 
+/// A handler that writes through the toolkit (a cascade: `Outbox::flush` of the events the
+/// handler records, a `MessageStore` write) can use `?`: an error that passes (the database
+/// down, a deadlock) is transient, any other (an event refused by the outbox) permanent.
+impl From<Error> for HandlerError {
+    fn from(error: Error) -> Self {
+        let message = Chain(&error).to_string();
+        if error.is_transient() {
+            HandlerError::Transient(message)
+        } else {
+            HandlerError::Permanent(message)
+        }
+    }
+}
+
 impl From<sqlx::Error> for HandlerError {
     fn from(error: sqlx::Error) -> Self {
         HandlerError::Transient(error.to_string())

@@ -126,6 +126,11 @@ impl<DB: Backend> Inbox<DB> {
         self
     }
 
+    /// Waits `duration` on the inbox's clock.
+    pub(crate) async fn sleep(&self, duration: std::time::Duration) {
+        self.clock.sleep(duration).await;
+    }
+
     /// The current time of the inbox's clock, as stored.
     pub(crate) fn now(&self) -> DateTime<Utc> {
         clock::stored_now(&*self.clock)
