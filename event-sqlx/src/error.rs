@@ -264,6 +264,15 @@ impl From<Error> for HandlerError {
     }
 }
 
+/// A handler that records events (a cascade) can use `?` on `Aggregate::record` and
+/// `UnitOfWork::collect`: their errors are mistakes in the code (an event on the wrong
+/// aggregate, an empty event number), so they stop the consumer as a bug.
+impl From<event_core::RecordError> for HandlerError {
+    fn from(error: event_core::RecordError) -> Self {
+        HandlerError::Bug(error.to_string())
+    }
+}
+
 impl From<sqlx::Error> for HandlerError {
     fn from(error: sqlx::Error) -> Self {
         HandlerError::Transient(error.to_string())

@@ -1,7 +1,6 @@
 //! A broker in memory behind the [`Publisher`] trait, with faults on demand.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use event_sqlx::{OutboxMessage, PublishError, Publisher};
@@ -207,18 +206,13 @@ impl MemoryBroker {
 }
 
 impl Publisher for MemoryBroker {
-    fn publish<'a>(
-        &'a self,
-        messages: &'a [OutboxMessage],
-    ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send + 'a {
-        async move {
-            let (results, crash) = self.accept(messages);
-            if crash {
-                self.crashed.notify_one();
-                // The relay process is dead: it never learns the outcome.
-                std::future::pending::<()>().await;
-            }
-            results
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let (results, crash) = self.accept(messages);
+        if crash {
+            self.crashed.notify_one();
+            // The relay process is dead: it never learns the outcome.
+            std::future::pending::<()>().await;
         }
+        results
     }
 }

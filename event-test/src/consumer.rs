@@ -237,7 +237,7 @@ impl Flaky {
     pub fn wrap<C: ?Sized, E, H>(
         &self,
         handler: H,
-    ) -> impl AsyncFn(&mut C, Delivered<E>) -> Result<(), HandlerError> + Clone
+    ) -> impl AsyncFn(&mut C, Delivered<E>) -> Result<(), HandlerError> + Clone + use<C, E, H>
     where
         H: AsyncFn(&mut C, Delivered<E>) -> Result<(), HandlerError> + Clone,
     {
@@ -252,7 +252,7 @@ impl Flaky {
     pub fn wrap_batch<C: ?Sized, E, H>(
         &self,
         handler: H,
-    ) -> impl AsyncFn(&mut C, Vec<Delivered<E>>) -> Result<(), HandlerError> + Clone
+    ) -> impl AsyncFn(&mut C, Vec<Delivered<E>>) -> Result<(), HandlerError> + Clone + use<C, E, H>
     where
         H: AsyncFn(&mut C, Vec<Delivered<E>>) -> Result<(), HandlerError> + Clone,
     {

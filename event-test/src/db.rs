@@ -13,7 +13,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), event_sqlx::Error> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let pool = event_test::memory_database().await?;
 /// sqlx::query("CREATE TABLE bill (order_id TEXT PRIMARY KEY)").execute(&pool).await?;
 /// # Ok(()) }

@@ -1,6 +1,8 @@
 //! Given / when / then on an aggregate: the envelopes a command records, its errors, and the
 //! checks every recorded payload goes through.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use event_core::{Aggregate, DomainEvent, EventContext, RecordError, RecordedEvents};

@@ -1,6 +1,8 @@
 //! The service's consumer on SQLite in memory: delivered once, twice, in a batch, out of order,
 //! failing, quarantined and replayed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use event_core::DomainEvent;
