@@ -128,3 +128,105 @@ fn the_readme_service_builds_and_runs_as_a_new_crate() {
     runtime.block_on(delete_stream(&url));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Rust blocks of the README's section `heading`, up to the next section.
+fn section_blocks(text: &str, heading: &str) -> Vec<String> {
+    let start = text.find(heading).expect("the README section");
+    let rest = &text[start + heading.len()..];
+    let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    let mut blocks = Vec::new();
+    let mut rest = section;
+    while let Some(body) = block(rest, "rust", |_| true) {
+        // Past the block and its closing fence.
+        let at = rest.find(&body).expect("the block is in the section") + body.len() + 3;
+        blocks.push(body);
+        rest = &rest[at..];
+    }
+    blocks
+}
+
+/// A doctest as the file a user pastes it into: its hidden lines shown, and wrapped in `main`
+/// when it has none, as rustdoc runs it.
+fn as_program(doctest: &str) -> String {
+    let lines: Vec<&str> = doctest
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(shown) => shown,
+            None if l == "#" => "",
+            None => l,
+        })
+        .collect();
+    let code = lines.join("\n");
+    if code.contains("fn main(") {
+        code
+    } else {
+        format!("fn main() {{\n{code}\n}}\n")
+    }
+}
+
+#[test]
+fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
+    let repo = repository();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let dependencies = block(&readme, "toml", |b| b.contains("event-core = { path"))
+        .expect("the README's dependency snippet");
+    let dev = block(&readme, "toml", |b| b.contains("event-test = { path"))
+        .expect("the README's dev-dependency snippet");
+    let examples = section_blocks(&readme, "## Testing your service");
+    assert_eq!(examples.len(), 3, "the section's three examples");
+
+    let dir = std::env::temp_dir().join(format!("readme-testing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+    let mut manifest = format!(
+        "[package]\nname = \"readme-testing\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n\
+         [workspace]\n\n{dependencies}\n{dev}\n"
+    );
+    for (i, example) in examples.iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("tests/example_{i}.rs")),
+            as_program(example),
+        )
+        .unwrap();
+        manifest.push_str(&format!(
+            "[[test]]\nname = \"example_{i}\"\npath = \"tests/example_{i}.rs\"\nharness = false\n\n"
+        ));
+    }
+    let manifest = manifest.replace(
+        "path/to/event-toolkit",
+        repo.to_str().expect("a UTF-8 path"),
+    );
+    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+
+    // Without a network, where the machine allows it: nothing but the kit is reachable.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let isolated = Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut command = if isolated {
+        let mut c = Command::new("unshare");
+        c.args(["-n", &cargo]);
+        c
+    } else {
+        eprintln!("unshare -n is not permitted here: running with the network");
+        Command::new(&cargo)
+    };
+    let out = command
+        .args(["test", "--offline", "--quiet"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", repo.join("target/readme-crate"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the README's testing examples failed as a new crate (network isolated: {isolated}):\n{stdout}\n{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
