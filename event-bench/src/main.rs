@@ -14,6 +14,7 @@ mod delivery;
 mod derive_build;
 mod producer;
 mod reconcile;
+mod settle;
 mod sql;
 mod throughput;
 
@@ -83,6 +84,10 @@ struct Args {
     /// `eventctl console` against the same statements run directly (benches/results/console.json).
     #[arg(long)]
     console: Option<i64>,
+    /// Instead of the outbox: the test kit's `Harness::settle` over these backlog sizes
+    /// (comma-separated), in memory and on an SQLite file (benches/results/settle.json).
+    #[arg(long, value_delimiter = ',')]
+    settle: Option<Vec<usize>>,
     /// With --throughput: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
     /// kafka).
     #[arg(long, default_value = "all")]
@@ -159,6 +164,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(events) = args.throughput {
         return throughput::run(events, &args.brokers).await;
+    }
+    if let Some(sizes) = &args.settle {
+        return settle::run(sizes).await;
     }
     if let Some(rows) = args.console {
         return console::run(rows).await;

@@ -234,3 +234,81 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         ExitCode::from(1)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The demo's order service under the test kit: its aggregate alone, then its repository
+    //! with the real outbox and relay, a consumer and a duplicate webhook, on SQLite in memory.
+
+    use event_sqlx::{Consumer, Delivered};
+    use event_test::{AggregateTest, Expected, Harness};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_order_is_paid_once() {
+        let order = Order::place("o-1".into(), 1000).expect("place");
+        let mut test = AggregateTest::new(order)
+            .context(EventContext::new("order-service").correlation_id("checkout-1"));
+        // Placing recorded OrderPlaced; the first command collects it.
+        test.when(|_| Ok::<_, RecordError>(()))
+            .then_events([Expected::like::<OrderPlaced>(json!({ "currency": "EUR" }))
+                .event_no("ORDER_PLACED:o-1")
+                .sequence(1)]);
+        test.when(|order| order.pay("pay-1"))
+            .then_events([Expected::event(OrderPaid {
+                order_id: "o-1".into(),
+                amount_minor: 1000,
+                payment_ref: "pay-1".into(),
+            })
+            .event_no("ORDER_PAID:o-1")
+            .sequence(2)
+            .header("correlationId", "checkout-1")]);
+        test.when(|order| order.pay("pay-1")).then_no_events();
+        assert_eq!(test.aggregate().status, "PAID");
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_webhook_is_absorbed_and_every_event_reaches_a_consumer_once() {
+        let mut h = Harness::new().await.expect("harness");
+        sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL, status TEXT NOT NULL, version INTEGER NOT NULL)")
+            .execute(h.pool())
+            .await
+            .expect("orders table");
+        h.consumer(
+            Consumer::new(h.pool().clone(), "ledger", "1")
+                .on(async |_tx: &mut sqlx::SqliteConnection, _paid: Delivered<OrderPaid>| Ok(())),
+        );
+        let orders = Orders {
+            pool: h.pool().clone(),
+            outbox: h.outbox().clone(),
+        };
+        let mut order = Order::place("o-1".into(), 1000).expect("place");
+        orders
+            .save(&mut order, h.context("order-service"))
+            .await
+            .expect("save");
+        // Two webhooks load the order before either commits.
+        let mut first = orders.load("o-1").await.expect("load");
+        let mut second = orders.load("o-1").await.expect("load");
+        first.pay("pay-1").expect("pay");
+        second.pay("pay-1").expect("pay");
+        let committed = orders.save(&mut first, h.context("order-service")).await;
+        assert!(!committed.expect("first webhook").already_applied());
+        let duplicate = orders.save(&mut second, h.context("order-service")).await;
+        assert!(duplicate.expect("second webhook").already_applied());
+
+        h.settle().await.expect("settled");
+        h.assert_published([
+            Expected::of_type::<OrderPlaced>().event_no("ORDER_PLACED:o-1"),
+            Expected::of_type::<OrderPaid>().event_no("ORDER_PAID:o-1"),
+        ]);
+        h.assert_applied(
+            "ledger",
+            [Expected::like::<OrderPaid>(
+                json!({ "payment_ref": "pay-1" }),
+            )],
+        );
+    }
+}
