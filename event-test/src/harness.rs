@@ -127,10 +127,16 @@ impl<DB: Backend> Harness<DB> {
     /// A harness over `pool` (migrated here) with the outbox settings `config`, whose clock the
     /// harness replaces with its own. Give it a database of its own (a fresh one per test, as
     /// `#[sqlx::test]` does): harnesses that share tables see each other's events.
+    ///
+    /// Fails under tokio's paused time (`start_paused`), which fires sqlx's own timeouts: the
+    /// harness moves time with its own clock.
     pub async fn with_pool(pool: Pool<DB>, config: OutboxConfig) -> Result<Harness<DB>, Error> {
         let clock = TestClock::new();
         let outbox = Outbox::new(pool, config).with_clock(clock.clone());
-        outbox.migrate().await?;
+        let paused = crate::db::PausedTime::probe();
+        let migrated = outbox.migrate().await;
+        paused.check()?;
+        migrated?;
         let broker = MemoryBroker::new();
         let relay = outbox.relay(broker.clone(), RelayConfig::new("test-relay-1"));
         Ok(Harness {

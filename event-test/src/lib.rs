@@ -19,7 +19,6 @@ mod broker;
 mod check;
 mod clock;
 mod consumer;
-#[cfg(feature = "sqlite")]
 mod db;
 mod deadline;
 mod envelope;

@@ -521,3 +521,13 @@ async fn the_step_budget_stops_events_that_cause_themselves_without_end() {
         "{endless}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn under_tokios_paused_time_the_harness_says_how_to_move_time_instead() {
+    // Paused time fires sqlx's own timeouts while SQLite works on its thread: refused, with
+    // the fix, instead of a pool timeout.
+    let error = Harness::new().await.err().expect("refused");
+    let text = error.to_string();
+    assert!(text.contains("start_paused"), "{text}");
+    assert!(text.contains("Harness::advance"), "{text}");
+}
