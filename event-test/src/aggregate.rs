@@ -62,7 +62,9 @@ pub struct AggregateTest<A: Aggregate> {
 impl<A: Aggregate> AggregateTest<A> {
     /// A test of `aggregate` as it is (loaded at the version its [`RecordedEvents`] says), whose
     /// events carry the context `EventContext::new("test")`. Snapshots are read from
-    /// `schemas` under the crate being tested, or `EVENT_SNAPSHOT_DIR`.
+    /// `schemas` under the crate being tested, or `EVENT_SNAPSHOT_DIR`. Events the aggregate
+    /// recorded before the test (a constructor that records) are collected by the first
+    /// `given` or `when`.
     pub fn new(aggregate: A) -> AggregateTest<A> {
         AggregateTest {
             aggregate,

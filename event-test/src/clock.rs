@@ -34,11 +34,15 @@ pub struct TestClock {
 }
 
 impl TestClock {
-    /// A clock showing the system's time now, to the second: times the tests compute from it
-    /// are whole seconds.
+    /// A clock showing the system's time now, rounded up to the next second: times the tests
+    /// compute from it are whole seconds, and events stamped with the system's time while the
+    /// test starts are not in the clock's future.
     pub fn new() -> TestClock {
         let now = Utc::now();
-        TestClock::starting_at(now.duration_trunc(TimeDelta::seconds(1)).unwrap_or(now))
+        let start = now
+            .duration_trunc(TimeDelta::seconds(1))
+            .map_or(now, |second| second + TimeDelta::seconds(1));
+        TestClock::starting_at(start)
     }
 
     /// A clock showing `start`.
