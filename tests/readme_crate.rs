@@ -33,6 +33,22 @@ fn repository() -> PathBuf {
         .to_owned()
 }
 
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// Runs `command` (cargo, or a wrapper of it) with `args` in the new crate `dir`, building into
+/// the repository's `target/readme-crate`, which the README crates share.
+fn cargo_in(mut command: Command, args: &[&str], dir: &Path, repo: &Path) -> std::process::Output {
+    command
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", repo.join("target/readme-crate"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo")
+}
+
 /// Deletes the example's stream, so that each run starts from an empty one.
 async fn delete_stream(url: &str) -> bool {
     let Ok(client) = async_nats::connect(url).await else {
@@ -85,14 +101,7 @@ fn the_readme_service_builds_and_runs_as_a_new_crate() {
     )
     .unwrap();
 
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let out = Command::new(cargo)
-        .args(["run", "--quiet"])
-        .current_dir(&dir)
-        .env("CARGO_TARGET_DIR", repo.join("target/readme-crate"))
-        .env_remove("RUSTFLAGS")
-        .output()
-        .expect("run cargo");
+    let out = cargo_in(Command::new(cargo()), &["run", "--quiet"], &dir, &repo);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -202,12 +211,12 @@ fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
 
     // Without a network, where the machine allows it: nothing but the kit is reachable.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let cargo = cargo();
     let isolated = Command::new("unshare")
         .args(["-n", "true"])
         .status()
         .is_ok_and(|s| s.success());
-    let mut command = if isolated {
+    let command = if isolated {
         let mut c = Command::new("unshare");
         c.args(["-n", &cargo]);
         c
@@ -215,13 +224,7 @@ fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
         eprintln!("unshare -n is not permitted here: running with the network");
         Command::new(&cargo)
     };
-    let out = command
-        .args(["test", "--offline", "--quiet"])
-        .current_dir(&dir)
-        .env("CARGO_TARGET_DIR", repo.join("target/readme-crate"))
-        .env_remove("RUSTFLAGS")
-        .output()
-        .expect("run cargo");
+    let out = cargo_in(command, &["test", "--offline", "--quiet"], &dir, &repo);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -272,23 +272,12 @@ fn expecting_an_error_from_a_command_that_succeeded_fails_at_the_test_line() {
 
 #[test]
 fn a_payload_that_changes_on_a_round_trip_fails() {
-    #[derive(Debug)]
-    struct Noting(Order);
-    impl Aggregate for Noting {
-        const AGGREGATE_TYPE: &'static str = "ORDER";
-        fn aggregate_id(&self) -> String {
-            self.0.id.clone()
-        }
-        fn recorded_events(&mut self) -> &mut RecordedEvents {
-            &mut self.0.events
-        }
-    }
     let message = panic_message(|| {
-        let mut test = AggregateTest::new(Noting(Order::new("o-8")));
-        test.when(|n| {
-            let id = n.0.id.clone();
-            n.record(OrderNoted {
-                order_id: id,
+        let mut test = AggregateTest::new(Order::new("o-8"));
+        test.when(|o| {
+            let order_id = o.id.clone();
+            o.record(OrderNoted {
+                order_id,
                 note: "gift".into(),
             })
         })
@@ -303,24 +292,13 @@ fn a_payload_that_changes_on_a_round_trip_fails() {
 
 #[test]
 fn a_payload_its_schema_does_not_describe_fails_even_without_an_assertion() {
-    #[derive(Debug)]
-    struct Discounting(Order);
-    impl Aggregate for Discounting {
-        const AGGREGATE_TYPE: &'static str = "ORDER";
-        fn aggregate_id(&self) -> String {
-            self.0.id.clone()
-        }
-        fn recorded_events(&mut self) -> &mut RecordedEvents {
-            &mut self.0.events
-        }
-    }
     let message = panic_message(|| {
-        let mut test = AggregateTest::new(Discounting(Order::new("o-9")));
+        let mut test = AggregateTest::new(Order::new("o-9"));
         // No assertion: the end of the statement reports it.
-        let _ = test.when(|d| {
-            let id = d.0.id.clone();
-            d.record(OrderDiscounted {
-                order_id: id,
+        let _ = test.when(|o| {
+            let order_id = o.id.clone();
+            o.record(OrderDiscounted {
+                order_id,
                 percent: 0,
             })
         });
