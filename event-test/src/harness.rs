@@ -172,7 +172,8 @@ impl<DB: Backend> Harness<DB> {
     }
 
     /// Adds a consumer, built by the service on [`Harness::pool`]: it gets every message the
-    /// broker accepts from now on, and reads the harness's clock.
+    /// broker accepts from now on, and reads the harness's clock. The harness keeps it, so its
+    /// handlers own what they use (move a clone of an `Arc` into them rather than borrow).
     ///
     /// # Panics
     /// If a consumer of the same name was added: the two would share one inbox.
