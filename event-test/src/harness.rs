@@ -357,7 +357,9 @@ impl<DB: Backend> Harness<DB> {
     /// [`Harness::settle`], letting up to `duration` of time pass: whenever what is left waits
     /// for time, the clock jumps to the next moment something is due (a retry, a lease's end)
     /// and the pipeline runs again. A whole backoff schedule or a crashed relay's lease runs out
-    /// in milliseconds of real time.
+    /// in milliseconds of real time. It returns once everything settled, the clock at the last
+    /// moment something fell due; when what is left falls due after `duration`, the clock
+    /// ends `duration` later.
     pub async fn run_for(&mut self, duration: Duration) -> Result<Settled, Unsettled> {
         let end = after(self.clock.now(), duration);
         let deadline = Deadline::start(self.deadline);
@@ -375,10 +377,13 @@ impl<DB: Backend> Harness<DB> {
                             self.clock.advance_to(at);
                             settled = unsettled.progress;
                         }
-                        _ => {
+                        Some(_) => {
+                            // Due later than the time given: that time passes, nothing more.
                             self.clock.advance_to(end);
                             return Err(unsettled);
                         }
+                        // Nothing falls due by itself: no time needs to pass.
+                        None => return Err(unsettled),
                     }
                 }
                 Err(unsettled) => return Err(unsettled),
