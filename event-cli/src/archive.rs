@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use event_sqlx::{ArchiveReport, Backend, MessageStore, Outbox};
 
-use crate::{DbArgs, output};
+use crate::db::DbArgs;
+use crate::output;
 
 /// Options of an archive run.
 #[derive(Debug, Args)]

@@ -6,7 +6,26 @@ use anyhow::{Context, anyhow, bail};
 use event_sqlx::{Backend, Outbox, OutboxConfig};
 use sqlx::pool::PoolOptions;
 
-use crate::DbArgs;
+use clap::Args;
+
+/// Where the outbox is.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DbArgs {
+    /// postgres://..., mysql://... or sqlite://FILE
+    #[arg(long, env = "EVENT_DATABASE_URL")]
+    pub(crate) database_url: String,
+    /// How long to wait for the database to accept a connection (and for a free connection of
+    /// the pool) before giving up with exit 2.
+    #[arg(long, default_value = "10s", value_parser = crate::args::duration)]
+    pub(crate) connect_timeout: std::time::Duration,
+    /// How long one statement may run before the database cancels it (PostgreSQL, MariaDB;
+    /// MySQL 8 for reads); `0` for no limit.
+    #[arg(long, default_value = "60s", value_parser = crate::args::duration)]
+    pub(crate) statement_timeout: std::time::Duration,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
 
 /// Which backend a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ mod schema;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 /// Domain events: schemas, the outbox and its relay.
 #[derive(Debug, Parser)]
@@ -62,25 +62,6 @@ enum Command {
     /// Serve the web console: overview, search, aggregate timeline, event detail, quarantine,
     /// message table, and guarded actions written to an audit trail.
     Console(console::ConsoleArgs),
-}
-
-/// Where the outbox is.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct DbArgs {
-    /// postgres://..., mysql://... or sqlite://FILE
-    #[arg(long, env = "EVENT_DATABASE_URL")]
-    database_url: String,
-    /// How long to wait for the database to accept a connection (and for a free connection of
-    /// the pool) before giving up with exit 2.
-    #[arg(long, default_value = "10s", value_parser = args::duration)]
-    connect_timeout: std::time::Duration,
-    /// How long one statement may run before the database cancels it (PostgreSQL, MariaDB;
-    /// MySQL 8 for reads); `0` for no limit.
-    #[arg(long, default_value = "60s", value_parser = args::duration)]
-    statement_timeout: std::time::Duration,
-    /// Print JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
 }
 
 #[derive(Debug, Subcommand)]

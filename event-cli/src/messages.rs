@@ -9,8 +9,9 @@ use clap::Subcommand;
 use event_sqlx::{Backend, MessageRecord, MessageStore};
 
 use crate::check::{Backlog, BacklogLimits};
+use crate::db::DbArgs;
 use crate::db::with_outbox;
-use crate::{DbArgs, output};
+use crate::output;
 
 /// `eventctl messages ...`.
 #[derive(Debug, Subcommand)]

@@ -9,8 +9,9 @@ use clap::{Args, Subcommand};
 use event_sqlx::{Backend, Lease, Outbox, OutboxRecord, RelayConfig};
 
 use crate::check::{Backlog, BacklogLimits};
+use crate::db::DbArgs;
 use crate::db::{self, with_outbox};
-use crate::{DbArgs, output};
+use crate::output;
 
 /// `eventctl migrate`.
 #[derive(Debug, Args)]

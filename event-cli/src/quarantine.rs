@@ -10,8 +10,9 @@ use event_sqlx::{
 };
 
 use crate::check::{self, Threshold};
+use crate::db::DbArgs;
 use crate::db::with_outbox;
-use crate::{DbArgs, output};
+use crate::output;
 
 /// Which entries.
 #[derive(Debug, Clone, Args)]

@@ -8,8 +8,9 @@ use clap::Args;
 use event_sqlx::{Backend, Outbox, Reconcile, ReconcileReport};
 use sqlx::Pool;
 
+use crate::db::DbArgs;
 use crate::db::with_outbox;
-use crate::{DbArgs, output};
+use crate::output;
 
 /// `eventctl reconcile`.
 #[derive(Debug, Args)]

@@ -22,7 +22,7 @@ use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post};
 use clap::Args;
 
-use crate::DbArgs;
+use crate::db::DbArgs;
 use crate::db::{self, Kind};
 use auth::{Credentials, Gate};
 use store::{ConsumerStore, Store, Stores};

@@ -3,6 +3,7 @@
 
 use super::dialect::Dialect;
 use crate::config::outbox::IndexProfile;
+use crate::status::EventStatus;
 
 /// The seed's operational indexes that the lean profile takes off the outbox table (each
 /// statement recreates one; the migrations created them).
@@ -21,9 +22,9 @@ const SEED_ONLY: [&str; 8] = [
 /// `pending` (in progress, failed, final), so the producer's insert never touches them; the
 /// relay's updates do. The lookups by trace id, event type and topic move to the archive.
 const LEAN_ONLY: [&str; 6] = [
-    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_failed_retry ON {t} (next_retry_time, retry_count) WHERE publish_status = 3",
-    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_in_progress ON {t} (lock_until) WHERE publish_status = 1",
-    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_final_update_time ON {t} (update_time) WHERE publish_status IN (2, 4)",
+    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_failed_retry ON {t} (next_retry_time, retry_count) WHERE publish_status = {failed}",
+    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_in_progress ON {t} (lock_until) WHERE publish_status = {in_progress}",
+    "CREATE INDEX IF NOT EXISTS outbox_lean_idx_final_update_time ON {t} (update_time) WHERE publish_status IN ({succeeded}, {cancelled})",
     "CREATE INDEX IF NOT EXISTS outbox_archive_idx_trace_id ON {a} (trace_id)",
     "CREATE INDEX IF NOT EXISTS outbox_archive_idx_event_type_create_time ON {a} (event_type, create_time)",
     "CREATE INDEX IF NOT EXISTS outbox_archive_idx_topic_create_time ON {a} (topic, create_time)",
@@ -46,7 +47,15 @@ pub(crate) fn statements(
     table: &str,
     archive: &str,
 ) -> Option<Vec<String>> {
-    let fill = |s: &str| s.replace("{t}", table).replace("{a}", archive);
+    // Status codes come from `EventStatus`, the one place they are defined.
+    let fill = |s: &str| {
+        s.replace("{t}", table)
+            .replace("{a}", archive)
+            .replace("{in_progress}", &EventStatus::InProgress.code().to_string())
+            .replace("{succeeded}", &EventStatus::Succeeded.code().to_string())
+            .replace("{failed}", &EventStatus::Failed.code().to_string())
+            .replace("{cancelled}", &EventStatus::Cancelled.code().to_string())
+    };
     let (create, drop) = match (profile, dialect) {
         (IndexProfile::Seed, Dialect::Postgres) => (&SEED_ONLY[..], &LEAN_ONLY[..]),
         (IndexProfile::Lean, Dialect::Postgres) => (&LEAN_ONLY[..], &SEED_ONLY[..]),
@@ -74,6 +83,11 @@ mod tests {
             lean.iter()
                 .any(|s| s.contains("ON o (lock_until) WHERE publish_status = 1"))
         );
+        assert!(
+            lean.iter()
+                .any(|s| s.contains("(update_time) WHERE publish_status IN (2, 4)"))
+        );
+        assert!(lean.iter().all(|s| !s.contains('{')), "{lean:?}");
         assert!(seed.contains(&"DROP INDEX IF EXISTS outbox_lean_idx_in_progress".to_owned()));
         assert!(
             seed.iter()
