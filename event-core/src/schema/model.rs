@@ -7,13 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
-use super::SchemaError;
+use super::{MAX_DEPTH, SchemaError};
 
 /// An index into [`Graph::nodes`].
 pub(crate) type NodeId = usize;
-
-/// Nesting deeper than this is rejected: no real schema comes close, and it bounds recursion.
-pub const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Common {

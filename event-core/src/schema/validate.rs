@@ -7,8 +7,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::SchemaError;
-use super::model::MAX_DEPTH;
+use super::{MAX_DEPTH, SchemaError};
 
 /// Keywords whose value is one subschema.
 const ONE_SCHEMA: &[&str] = &[
