@@ -136,15 +136,7 @@ async fn events_published_across_a_broker_outage_arrive_once() {
     wait_until_listening(port).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let now = chrono::Utc::now();
-        let counts = outbox
-            .status_counts(
-                None,
-                now - chrono::TimeDelta::hours(1),
-                now + chrono::TimeDelta::hours(1),
-            )
-            .await
-            .unwrap();
+        let counts = outbox.status_counts(None, ..).await.unwrap();
         if counts.succeeded == EVENTS as i64 {
             break;
         }

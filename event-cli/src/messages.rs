@@ -126,7 +126,7 @@ async fn run_messages<DB: Backend>(
         } => {
             let to = Utc::now() + TimeDelta::minutes(1);
             let from = to - TimeDelta::hours(hours.max(1));
-            let counts = store.status_counts(event_type.as_deref(), from, to).await?;
+            let counts = store.status_counts(event_type.as_deref(), from..to).await?;
             let health = store.health(stuck_after).await?;
             if json {
                 output::json(&serde_json::json!({ "counts": counts, "health": health }))?;

@@ -403,7 +403,7 @@ async fn run_outbox<DB: Backend>(
             let to = Utc::now() + TimeDelta::minutes(1);
             let from = to - TimeDelta::hours(hours.max(1));
             let counts = outbox
-                .status_counts(event_type.as_deref(), from, to)
+                .status_counts(event_type.as_deref(), from..to)
                 .await?;
             let oldest = outbox.pending(1).await?.into_iter().next();
             let lag_seconds = oldest

@@ -1,6 +1,7 @@
 //! The seed's message event table (`biz_message_event`): internal asynchronous work with the same
 //! pending / in progress / succeeded / failed / cancelled cycle as the outbox.
 
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -219,21 +220,21 @@ impl<DB: Backend> MessageStore<DB> {
             .map_err(|e| self.db_error(e))
     }
 
-    /// Counts per status for messages created in `[from, to)` (统计事件处理状态).
+    /// Counts per status for messages of one type or all, created within `created`: any range
+    /// of times (`..` for every row) (统计事件处理状态).
     pub async fn status_counts(
         &self,
         event_type: Option<&str>,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
+        created: impl RangeBounds<DateTime<Utc>>,
     ) -> Result<StatusCounts, Error> {
+        let created = (created.start_bound().cloned(), created.end_bound().cloned());
         let mut conn = self.conn().await?;
         let rows = crate::sql::status_counts::<DB>(
             &mut conn,
             &self.table,
             "event_status",
             event_type,
-            from,
-            to,
+            created,
         )
         .await
         .map_err(|e| self.db_error(e))?;

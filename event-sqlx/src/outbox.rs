@@ -1,6 +1,7 @@
 //! The outbox: events written in the business transaction, and the seed's queries over them.
 
 use std::collections::HashSet;
+use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -653,21 +654,29 @@ impl<DB: Backend> Outbox<DB> {
             .next())
     }
 
-    /// Row counts per status for events created in `[from, to)`, of one type or all.
+    /// Row counts per status for events of one type or all, created within `created`: any
+    /// range of times (`..` for every row, `from..to`, `from..`).
+    ///
+    /// ```no_run
+    /// # async fn demo(outbox: event_sqlx::Outbox<sqlx::Sqlite>) -> Result<(), event_sqlx::Error> {
+    /// let all = outbox.status_counts(None, ..).await?;
+    /// let hour_ago = chrono::Utc::now() - chrono::TimeDelta::hours(1);
+    /// let paid_last_hour = outbox.status_counts(Some("ORDER_PAID"), hour_ago..).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn status_counts(
         &self,
         event_type: Option<&str>,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
+        created: impl RangeBounds<DateTime<Utc>>,
     ) -> Result<StatusCounts, Error> {
+        let created = (created.start_bound().cloned(), created.end_bound().cloned());
         let mut conn = self.conn().await?;
         let rows = crate::sql::status_counts::<DB>(
             &mut conn,
             &self.config.table,
             "publish_status",
             event_type,
-            from,
-            to,
+            created,
         )
         .await
         .map_err(|e| self.db_error(e))?;

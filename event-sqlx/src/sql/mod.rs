@@ -13,6 +13,7 @@ pub(crate) mod outbox;
 pub(crate) mod profile;
 
 use std::future::Future;
+use std::ops::Bound;
 
 use chrono::{DateTime, Utc};
 
@@ -113,8 +114,7 @@ pub(crate) async fn status_counts<DB: Backend>(
     table: &TableName,
     status_column: &'static str,
     event_type: Option<&str>,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    created: (Bound<DateTime<Utc>>, Bound<DateTime<Utc>>),
 ) -> Result<Vec<(EventStatus, i64)>, sqlx::Error> {
     let mut q = Sql::<DB>::new(format!(
         "SELECT {status_column} AS status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
@@ -122,13 +122,19 @@ pub(crate) async fn status_counts<DB: Backend>(
     if let Some(event_type) = event_type {
         q.push(" AND event_type = ").bind(event_type);
     }
-    q.push(" AND create_time >= ")
-        .bind(from)
-        .push(" AND create_time < ")
-        .bind(to)
-        .push(format!(
-            " GROUP BY {status_column} ORDER BY {status_column} ASC"
-        ));
+    match created.0 {
+        Bound::Included(from) => q.push(" AND create_time >= ").bind(from),
+        Bound::Excluded(from) => q.push(" AND create_time > ").bind(from),
+        Bound::Unbounded => &mut q,
+    };
+    match created.1 {
+        Bound::Included(to) => q.push(" AND create_time <= ").bind(to),
+        Bound::Excluded(to) => q.push(" AND create_time < ").bind(to),
+        Bound::Unbounded => &mut q,
+    };
+    q.push(format!(
+        " GROUP BY {status_column} ORDER BY {status_column} ASC"
+    ));
     let mut counts = Vec::new();
     for row in q.fetch(conn).await? {
         let c = Columns::<DB>(&row);
