@@ -142,6 +142,29 @@ fn cut(text: String) -> String {
 /// Returns one result per message, in order. The relay holds no database lock while this runs,
 /// and an event is marked published only after its result is `Ok`: a publisher must return `Ok`
 /// only once the broker has accepted the message (its ack or confirm).
+///
+/// Implement it with an `async fn`; a publisher that wraps another (to log, count, or route
+/// some events elsewhere) awaits the inner one:
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use event_sqlx::{OutboxMessage, PublishError, Publisher};
+///
+/// struct Counting<P> { inner: P, failed: AtomicUsize }
+///
+/// impl<P: Publisher> Publisher for Counting<P> {
+///     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+///         let results = self.inner.publish(messages).await;
+///         let failed = results.iter().filter(|r| r.is_err()).count();
+///         self.failed.fetch_add(failed, Ordering::Relaxed);
+///         results
+///     }
+/// }
+///
+/// let (channel, _received) = event_sqlx::ChannelPublisher::channel(100);
+/// let publisher = Counting { inner: channel, failed: AtomicUsize::new(0) };
+/// # let _ = publisher;
+/// ```
 pub trait Publisher: Send + Sync {
     /// Publishes `messages`; one result each, in order.
     fn publish<'a>(
