@@ -1064,10 +1064,7 @@ mod republish {
         relay.drain().await.unwrap();
         while received.try_recv().is_ok() {}
 
-        let one = Republish {
-            aggregate: Some(("ORDER", "o-1")),
-            ..Republish::default()
-        };
+        let one = Republish::default().aggregate("ORDER", "o-1");
         let report = db.outbox.republish(&one, &publisher).await.unwrap();
         assert_eq!((report.selected, report.accepted, report.failed), (2, 2, 0));
         let ids: Vec<String> = std::iter::from_fn(|| received.try_recv().ok())
@@ -1075,10 +1072,7 @@ mod republish {
             .collect();
         assert_eq!(ids, vec!["ORDER_PLACED:ORDER:o-1:1", "ORDER_PAID:o-1"]);
 
-        let paid = Republish {
-            event_type: Some("ORDER_PAID"),
-            ..Republish::default()
-        };
+        let paid = Republish::default().event_type("ORDER_PAID");
         assert_eq!(
             db.outbox
                 .republish(&paid, &publisher)
@@ -1088,10 +1082,8 @@ mod republish {
             3
         );
         while received.try_recv().is_ok() {}
-        let future = Republish {
-            from: Some(chrono::Utc::now() + chrono::TimeDelta::hours(1)),
-            ..Republish::default()
-        };
+        let future = Republish::default()
+            .created(Some(chrono::Utc::now() + chrono::TimeDelta::hours(1)), None);
         assert_eq!(
             db.outbox.republish(&future, &publisher).await.unwrap(),
             event_sqlx::RepublishReport::default()

@@ -1188,6 +1188,8 @@ pub struct RepublishReport {
 }
 
 /// Which published events [`Outbox::republish`] sends again; unset filters match everything.
+/// Built like [`OutboxSearch`] and [`QuarantineFilter`](crate::QuarantineFilter):
+/// `Republish::default().event_type("ORDER_PAID")`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Republish<'a> {
     /// One aggregate: (type, id).
@@ -1198,6 +1200,27 @@ pub struct Republish<'a> {
     pub from: Option<DateTime<Utc>>,
     /// Created before.
     pub to: Option<DateTime<Utc>>,
+}
+
+impl<'a> Republish<'a> {
+    /// Only the events of one aggregate.
+    pub fn aggregate(mut self, aggregate_type: &'a str, aggregate_id: &'a str) -> Self {
+        self.aggregate = Some((aggregate_type, aggregate_id));
+        self
+    }
+
+    /// Only events of `event_type`.
+    pub fn event_type(mut self, event_type: &'a str) -> Self {
+        self.event_type = Some(event_type);
+        self
+    }
+
+    /// Only events created in `[from, to)`; either end may be open.
+    pub fn created(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.from = from;
+        self.to = to;
+        self
+    }
 }
 
 #[cfg(feature = "postgres")]
