@@ -63,7 +63,7 @@ fn unreachable(service: &str, url: &str, error: impl std::fmt::Display) -> Optio
     let message = format!("{service} at {url} is unreachable ({error})");
     if services_required() {
         panic!(
-            "{message}; EVENT_TEST_REQUIRE_SERVICES=1 makes this a failure. Start the service (see the README) or point the URL variable at one."
+            "{message}; EVENT_TEST_REQUIRE_SERVICES=1 makes this a failure. Start the service (see docs/src/development.md) or point the URL variable at one."
         );
     }
     eprintln!("skipping: {message}; set EVENT_TEST_REQUIRE_SERVICES=1 to fail instead");

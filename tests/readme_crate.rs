@@ -73,10 +73,11 @@ fn the_readme_service_builds_and_runs_as_a_new_crate() {
     }
     let repo = repository();
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let guide = std::fs::read_to_string(repo.join("docs/src/outbox.md")).unwrap();
     let dependencies = block(&readme, "toml", |b| b.contains("event-core = { path"))
         .expect("the README's dependency snippet");
-    let main = block(&readme, "rust", |b| b.starts_with("// src/main.rs"))
-        .expect("the README's whole-service example");
+    let main = block(&guide, "rust", |b| b.starts_with("// src/main.rs"))
+        .expect("the guide's whole-service example");
 
     let dir = std::env::temp_dir().join(format!("readme-shop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -138,11 +139,28 @@ fn the_readme_service_builds_and_runs_as_a_new_crate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The Rust blocks of the README's section `heading`, up to the next section.
+/// The Rust blocks of the section `heading`, up to the next section of its level.
 fn section_blocks(text: &str, heading: &str) -> Vec<String> {
-    let start = text.find(heading).expect("the README section");
+    let start = text.find(heading).expect("the section");
     let rest = &text[start + heading.len()..];
-    let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    // The section ends at the next heading of its level or above, outside code blocks (where a
+    // `# ` line is a doctest's hidden line).
+    let level = heading.split(' ').next().unwrap_or("#").len();
+    let mut end = rest.len();
+    let mut fenced = false;
+    let mut at = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if !fenced && (1..=level).contains(&hashes) && line[hashes..].starts_with(' ') {
+            end = at;
+            break;
+        }
+        at += line.len();
+    }
+    let section = &rest[..end];
     let mut blocks = Vec::new();
     let mut rest = section;
     while let Some(body) = block(rest, "rust", |_| true) {
@@ -179,9 +197,10 @@ fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     let dependencies = block(&readme, "toml", |b| b.contains("event-core = { path"))
         .expect("the README's dependency snippet");
-    let dev = block(&readme, "toml", |b| b.contains("event-test = { path"))
-        .expect("the README's dev-dependency snippet");
-    let examples = section_blocks(&readme, "## Testing your service");
+    let testing = std::fs::read_to_string(repo.join("docs/src/testing.md")).unwrap();
+    let dev = block(&testing, "toml", |b| b.contains("event-test = { path"))
+        .expect("the guide's dev-dependency snippet");
+    let examples = section_blocks(&testing, "# Testing your service");
     assert_eq!(examples.len(), 3, "the section's three examples");
 
     let dir = std::env::temp_dir().join(format!("readme-testing-{}", std::process::id()));

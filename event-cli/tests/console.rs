@@ -4,7 +4,7 @@
 //! the running consumer, a payload holding `<script>` shown as text; and, over plain HTTP,
 //! actions without a login, with a wrong CSRF token, in read-only mode, and wrong secrets.
 //!
-//! Screenshots go to `$EVENT_CONSOLE_SCREENSHOTS` when set (the README's come from there).
+//! Screenshots go to `$EVENT_CONSOLE_SCREENSHOTS` when set (the guide's come from there).
 
 // A panic is how a test fails.
 #![allow(clippy::unwrap_used)]
