@@ -192,7 +192,7 @@ fn as_program(doctest: &str) -> String {
 }
 
 #[test]
-fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
+fn the_testing_examples_pass_as_a_new_crate_without_a_network() {
     let repo = repository();
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     let dependencies = block(&readme, "toml", |b| b.contains("event-core = { path"))
@@ -200,8 +200,11 @@ fn the_readme_testing_examples_pass_as_a_new_crate_without_a_network() {
     let testing = std::fs::read_to_string(repo.join("docs/src/testing.md")).unwrap();
     let dev = block(&testing, "toml", |b| b.contains("event-test = { path"))
         .expect("the guide's dev-dependency snippet");
-    let examples = section_blocks(&testing, "# Testing your service");
-    assert_eq!(examples.len(), 3, "the section's three examples");
+    let mut examples = section_blocks(&readme, "## Testing your service");
+    assert_eq!(examples.len(), 1, "the README's testing example");
+    let chapter = section_blocks(&testing, "# Testing your service");
+    assert_eq!(chapter.len(), 3, "the guide's three testing examples");
+    examples.extend(chapter);
 
     let dir = std::env::temp_dir().join(format!("readme-testing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
