@@ -167,28 +167,5 @@ async fn only_handled_messages_are_archived<DB: Orders>(db: &TestDb<DB>) {
     }
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        mod $backend {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn archiving_beside_a_live_relay() {
-                if let Some(db) = TestDb::$backend().await {
-                    archiving_beside_a_live_relay_loses_nothing(&db).await;
-                    db.cleanup().await;
-                }
-            }
-
-            #[tokio::test]
-            async fn handled_messages() {
-                if let Some(db) = TestDb::$backend().await {
-                    only_handled_messages_are_archived(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(multi_thread: archiving_beside_a_live_relay_loses_nothing);
+event_tests::on_every_backend!(only_handled_messages_are_archived);

@@ -56,19 +56,7 @@ async fn effects_happen_once<DB: Orders>(db: &TestDb<DB>) {
     assert_eq!(outcome, Handled::Applied(7));
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                effects_happen_once(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(effects_happen_once);
 
 mod stale {
     use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
@@ -157,19 +145,7 @@ mod stale {
         }
     }
 
-    macro_rules! on_every_backend {
-        ($($backend:ident),*) => {$(
-            #[tokio::test]
-            async fn $backend() {
-                if let Some(db) = TestDb::$backend().await {
-                    older_events_are_refused_and_recorded(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        )*};
-    }
-
-    on_every_backend!(postgres, mysql, sqlite);
+    event_tests::on_every_backend!(older_events_are_refused_and_recorded);
 }
 
 mod replay {
@@ -283,19 +259,7 @@ mod replay {
         );
     }
 
-    macro_rules! on_every_backend {
-        ($($backend:ident),*) => {$(
-            #[tokio::test]
-            async fn $backend() {
-                if let Some(db) = TestDb::$backend().await {
-                    a_match_on_the_last_page_is_replayed(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        )*};
-    }
-
-    on_every_backend!(postgres, mysql, sqlite);
+    event_tests::on_every_backend!(a_match_on_the_last_page_is_replayed);
 }
 
 mod router {
@@ -371,19 +335,7 @@ mod router {
         ));
     }
 
-    macro_rules! on_every_backend {
-        ($($backend:ident),*) => {$(
-            #[tokio::test]
-            async fn $backend() {
-                if let Some(db) = TestDb::$backend().await {
-                    each_type_reaches_its_handler(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        )*};
-    }
-
-    on_every_backend!(postgres, mysql, sqlite);
+    event_tests::on_every_backend!(each_type_reaches_its_handler);
 }
 
 /// A batch in one transaction, on every backend: duplicates found by the multi-row insert, a
@@ -553,18 +505,11 @@ mod batch {
         assert!(calls.len() <= 16, "halving, not one by one: {calls:?}");
     }
 
-    macro_rules! on_every_backend {
-        ($($backend:ident),*) => {$(
-            #[tokio::test]
-            async fn $backend() {
-                if let Some(db) = TestDb::$backend().await {
-                    a_failing_event_does_not_poison_its_batch(&db).await;
-                    a_batch_handler_gets_the_slice_and_a_bad_event_is_isolated(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        )*};
+    /// The two batch scenarios on one database: the second counts the orders of the first.
+    async fn batches_on_one_database<DB: Orders>(db: &TestDb<DB>) {
+        a_failing_event_does_not_poison_its_batch(db).await;
+        a_batch_handler_gets_the_slice_and_a_bad_event_is_isolated(db).await;
     }
 
-    on_every_backend!(postgres, mysql, sqlite);
+    event_tests::on_every_backend!(batches_on_one_database);
 }

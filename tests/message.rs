@@ -143,16 +143,4 @@ async fn messages_follow_the_seed_cycle<DB: Orders>(db: &TestDb<DB>) {
     );
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                messages_follow_the_seed_cycle(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(messages_follow_the_seed_cycle);

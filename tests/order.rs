@@ -230,39 +230,7 @@ async fn stale_events_are_not_refused_when_they_came_in_order<DB: Orders>(db: &T
     assert!(consumer.quarantined(10).await.unwrap().is_empty());
 }
 
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use event_tests::db::TestDb;
-
-            #[tokio::test]
-            async fn postgres() {
-                if let Some(db) = TestDb::postgres().await {
-                    super::$scenario(&db).await;
-                    db.cleanup().await;
-                }
-            }
-
-            #[tokio::test]
-            async fn mysql() {
-                if let Some(db) = TestDb::mysql().await {
-                    super::$scenario(&db).await;
-                    db.cleanup().await;
-                }
-            }
-
-            #[tokio::test]
-            async fn sqlite() {
-                if let Some(db) = TestDb::sqlite().await {
-                    super::$scenario(&db).await;
-                    db.cleanup().await;
-                }
-            }
-        }
-    )*};
-}
-
-on_every_backend!(
+event_tests::on_every_backend!(
     an_early_event_waits_for_its_predecessor,
     a_batch_applies_what_is_in_sequence_and_gives_back_the_rest,
     a_quarantined_predecessor_settles_the_order,

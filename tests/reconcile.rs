@@ -184,16 +184,4 @@ async fn reconciliation_finds_what_was_withheld<DB: Orders>(db: &TestDb<DB>) {
     );
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                reconciliation_finds_what_was_withheld(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(multi_thread: reconciliation_finds_what_was_withheld);

@@ -131,16 +131,4 @@ async fn handles_retries_and_cancels_like_the_seed<DB: Orders>(db: &TestDb<DB>) 
     assert_eq!(report.claimed, 0);
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                handles_retries_and_cancels_like_the_seed(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(multi_thread: handles_retries_and_cancels_like_the_seed);
