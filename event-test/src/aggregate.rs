@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use event_core::{Aggregate, EventContext, EventEnvelope, RecordedEvents, UnitOfWork};
 
-use crate::check::{PayloadChecks, default_snapshot_dir};
+use crate::check::{PayloadChecks, default_snapshot_dir, under_crate};
 use crate::expect::{Expected, compare, envelope_json};
 
 /// A test of one aggregate: the state it starts from, a command, what it recorded.
@@ -84,12 +84,7 @@ impl<A: Aggregate> AggregateTest<A> {
     /// Reads the committed schema snapshots from `dir` (relative to the crate being tested)
     /// instead of `schemas`.
     pub fn snapshots(mut self, dir: impl Into<PathBuf>) -> Self {
-        let dir: PathBuf = dir.into();
-        let dir = match std::env::var_os("CARGO_MANIFEST_DIR") {
-            Some(root) if dir.is_relative() => PathBuf::from(root).join(dir),
-            _ => dir,
-        };
-        self.checks = PayloadChecks::new(Some(dir));
+        self.checks = PayloadChecks::new(Some(under_crate(dir.into())));
         self
     }
 

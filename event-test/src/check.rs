@@ -12,8 +12,14 @@ use serde_json::Value;
 /// Where the committed schema snapshots are: `EVENT_SNAPSHOT_DIR` or `schemas`, under the
 /// crate being tested, as the derive reads them.
 pub(crate) fn default_snapshot_dir() -> PathBuf {
-    let dir = std::env::var_os("EVENT_SNAPSHOT_DIR")
-        .map_or_else(|| PathBuf::from("schemas"), PathBuf::from);
+    under_crate(
+        std::env::var_os("EVENT_SNAPSHOT_DIR")
+            .map_or_else(|| PathBuf::from("schemas"), PathBuf::from),
+    )
+}
+
+/// `dir` taken from the crate being tested when it is relative.
+pub(crate) fn under_crate(dir: PathBuf) -> PathBuf {
     match std::env::var_os("CARGO_MANIFEST_DIR") {
         Some(root) if dir.is_relative() => PathBuf::from(root).join(dir),
         _ => dir,

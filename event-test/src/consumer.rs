@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use event_core::EventEnvelope;
 use event_sqlx::{
-    Backend, Consumer, Delivered, Error, FailureClass, HandlerError, Processed, Routes,
+    Backend, Consumer, Delivered, Error, FailureClass, HandlerError, Processed, QuarantineFilter,
+    QuarantineStatus, Routes,
 };
 
 /// What delivering an envelope to a consumer did.
@@ -135,12 +136,20 @@ async fn outcome<DB: Backend, R>(
         Processed::Stale => Outcome::Stale,
         Processed::Early { waits_for } => Outcome::Early { waits_for },
         Processed::Quarantined(reason) => {
-            let entries = consumer.quarantined(10_000).await?;
-            let class = entries
-                .iter()
-                .rev()
-                .find(|q| event_id.is_none_or(|id| q.event_id == id))
-                .map_or(FailureClass::Permanent, |q| q.failure_class);
+            // The event's own entry, by its id: one indexed query. A body that is not an
+            // envelope has no event id, and is quarantined as permanent.
+            let class = match event_id {
+                Some(id) => consumer
+                    .quarantine_entries(
+                        QuarantineStatus::Quarantined,
+                        &QuarantineFilter::default().event_id(id),
+                        100,
+                    )
+                    .await?
+                    .last()
+                    .map_or(FailureClass::Permanent, |q| q.failure_class),
+                None => FailureClass::Permanent,
+            };
             Outcome::Quarantined { class, reason }
         }
     })
