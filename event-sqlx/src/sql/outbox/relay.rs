@@ -1,0 +1,369 @@
+//! The relay's statements: the claim with its per-aggregate check, the marks after a publish,
+//! lease renewal and recovery.
+
+//! The statements of the outbox table (`biz_outbox_event`): the flush, the relay's claim and
+//! marks, and the seed's queries.
+
+use crate::row::outbox::OutboxRecord;
+use crate::sql::dialect::{Backend, Columns, Sql};
+use crate::sql::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
+use crate::status::EventStatus::{Failed, InProgress, Pending};
+use crate::table::TableName;
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
+
+use super::{COLUMNS, decode_all};
+
+/// What makes a row claimable (`o` is the row): pending, or failed with retries left. The first
+/// two terms are the predicate of the partial index `outbox_idx_claimable`.
+pub(super) fn claimable() -> String {
+    format!(
+        "o.publish_status IN {} AND o.deleted = 0 \
+         AND (o.publish_status = {PENDING} OR o.retry_count < o.max_retry_count)",
+        codes(&[Pending, Failed])
+    )
+}
+
+/// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The status
+/// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`.
+pub(super) fn no_earlier_unpublished(table: &TableName) -> String {
+    format!(
+        " AND NOT EXISTS (SELECT 1 FROM {table} p \
+         WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+         AND p.aggregate_sequence < o.aggregate_sequence AND p.publish_status IN {} \
+         AND p.deleted = 0)",
+        codes(&[Pending, InProgress, Failed])
+    )
+}
+
+/// A claim of a batch under a lease.
+#[derive(Debug, Clone)]
+pub(crate) struct Claim<'a> {
+    pub(crate) relay_id: &'a str,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) lease_until: DateTime<Utc>,
+    pub(crate) limit: i64,
+    pub(crate) ordered: bool,
+}
+
+/// A failed publish to record.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) id: i64,
+    pub(crate) next_retry_time: DateTime<Utc>,
+    pub(crate) reason: String,
+}
+
+/// ` FROM ... WHERE ...`: the rows a claim at `now` may take.
+pub(super) fn due_candidates<DB: Backend>(
+    q: &mut Sql<DB>,
+    table: &TableName,
+    now: DateTime<Utc>,
+    ordered: bool,
+) {
+    q.push(format!(" FROM {table} o WHERE {}", claimable()));
+    q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
+        .bind(now)
+        .push(")");
+    if ordered {
+        q.push(no_earlier_unpublished(table));
+    }
+}
+
+/// Whether a drain by `relay_id` must go on: a row is claimable at `now` (read without locks, so
+/// rows another relay is claiming in a transaction not yet committed count), or another relay
+/// holds a lease that has not expired (the rows after its own come free when it finishes).
+/// Both are read in one statement, so that no claim or mark of another relay can fall between
+/// the two.
+pub(crate) async fn work_remains<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    now: DateTime<Utc>,
+    ordered: bool,
+    relay_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let mut q = Sql::<DB>::new(DB::DIALECT.select_one_where());
+    q.push("EXISTS (SELECT 1");
+    due_candidates(&mut q, table, now, ordered);
+    q.push(format!(
+        ") OR EXISTS (SELECT 1 FROM {table} l WHERE l.publish_status = {IN_PROGRESS} \
+         AND l.deleted = 0 AND l.lock_until > "
+    ))
+    .bind(now)
+    .push(" AND l.locked_by <> ")
+    .bind(relay_id)
+    .push(")");
+    Ok(!q.fetch(conn).await?.is_empty())
+}
+
+/// Leases up to `claim.limit` due events to `claim.relay_id`, in one short transaction, and
+/// returns them by id.
+pub(crate) async fn claim<DB: Backend>(
+    pool: &Pool<DB>,
+    table: &TableName,
+    claim: &Claim<'_>,
+) -> Result<Vec<OutboxRecord>, sqlx::Error> {
+    let candidates = |q: &mut Sql<DB>| {
+        due_candidates(q, table, claim.now, claim.ordered);
+        q.push(DB::DIALECT.claim_order());
+        q.push(" LIMIT ").bind(claim.limit);
+    };
+    let set_claimed = |q: &mut Sql<DB>| {
+        q.push(format!(
+            "UPDATE {table} SET publish_status = {IN_PROGRESS}, locked_by = "
+        ));
+        q.bind(claim.relay_id)
+            .push(", lock_until = ")
+            .bind(claim.lease_until)
+            .push(", last_publish_time = ")
+            .bind(claim.now)
+            .push(", version = version + 1, update_time = ")
+            .bind(claim.now);
+    };
+    // Only rows still pending or failed are leased, whoever picked them.
+    let guard = format!(
+        " WHERE {} IN {} AND ",
+        DB::DIALECT.status_guard("publish_status"),
+        codes(&[Pending, Failed])
+    );
+    let mut records = if DB::DIALECT.has_returning() {
+        // One statement: pick and lease the batch, return the rows. The batch is picked once,
+        // whatever the planner believes of the backlog (see Dialect::claimed_ids).
+        let mut q = Sql::<DB>::new("");
+        set_claimed(&mut q);
+        let (open, close) = DB::DIALECT.claimed_ids();
+        q.push(&guard).push(open).push("SELECT o.id");
+        candidates(&mut q);
+        q.push(DB::DIALECT.skip_locked());
+        q.push(format!("{close} RETURNING {COLUMNS}"));
+        let mut conn = pool.acquire().await?;
+        decode_all::<DB>(&q.fetch(&mut conn).await?)?
+    } else {
+        // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction; the rows are
+        // patched in memory, not read again.
+        let mut tx = pool.begin().await?;
+        let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
+        candidates(&mut q);
+        q.push(DB::DIALECT.skip_locked());
+        let mut records = decode_all::<DB>(&q.fetch(&mut tx).await?)?;
+        if !records.is_empty() {
+            let mut q = Sql::<DB>::new("");
+            set_claimed(&mut q);
+            q.push(&guard)
+                .push("id IN ")
+                .list(records.iter().map(|r| r.id));
+            q.execute(&mut tx).await?;
+            for record in &mut records {
+                record.publish_status = InProgress;
+                record.locked_by = Some(claim.relay_id.to_owned());
+                record.lock_until = Some(claim.lease_until);
+                record.last_publish_time = Some(claim.now);
+                record.version += 1;
+                record.update_time = claim.now;
+            }
+        }
+        tx.commit().await?;
+        records
+    };
+    records.sort_by_key(|r| r.id);
+    Ok(records)
+}
+
+/// ` WHERE ...`: the rows of `ids` that `relay_id` still holds in progress.
+pub(super) fn held_by<DB: Backend>(q: &mut Sql<DB>, relay_id: &str, ids: &[i64]) {
+    q.push(format!(
+        " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+        DB::DIALECT.status_guard("publish_status")
+    ))
+    .bind(relay_id)
+    .push(" AND id IN ")
+    .list(ids.iter().copied());
+}
+
+/// In progress -> succeeded, for the rows `relay_id` still holds.
+pub(crate) async fn mark_published<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {SUCCEEDED}, published_time = "
+    ));
+    q.bind(now)
+        .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now);
+    held_by(&mut q, relay_id, ids);
+    q.execute(conn).await
+}
+
+/// How many of `ids` are published with `published_time` = `at`: those a mark at `at` wrote,
+/// when its answer was lost and it ran again (and so found them no longer held).
+pub(crate) async fn count_published_at<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    ids: &[i64],
+    at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT COUNT(*) AS marked FROM {table} WHERE publish_status = {SUCCEEDED} AND published_time = "
+    ));
+    q.bind(at).push(" AND id IN ").list(ids.iter().copied());
+    match q.fetch(conn).await?.first() {
+        Some(row) => Ok(u64::try_from(Columns::<DB>(row).i64("marked")?).unwrap_or(0)),
+        None => Ok(0),
+    }
+}
+
+/// In progress -> failed, for the rows `relay_id` still holds: the seed's write for a whole
+/// batch, each row with its own next retry time and reason through CASE. Rows already at their
+/// retry limit stay failed without counting further (the second pass).
+pub(crate) async fn mark_failed<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    failures: &[Failure],
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let mut affected = 0;
+    for with_retries_left in [true, false] {
+        let mut q = Sql::<DB>::new(format!("UPDATE {table} SET publish_status = {FAILED}"));
+        if with_retries_left {
+            q.push(", retry_count = retry_count + 1");
+        }
+        q.push(", next_retry_time = CASE id");
+        for f in failures {
+            q.push(" WHEN ")
+                .bind(f.id)
+                .push(" THEN ")
+                .bind(f.next_retry_time);
+        }
+        q.push(" END, fail_reason = CASE id");
+        for f in failures {
+            q.push(" WHEN ")
+                .bind(f.id)
+                .push(" THEN ")
+                .bind(f.reason.as_str());
+        }
+        q.push(" END, locked_by = NULL, lock_until = NULL, update_time = ")
+            .bind(now)
+            .push(format!(
+                " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
+                DB::DIALECT.status_guard("publish_status")
+            ))
+            .bind(relay_id)
+            .push(if with_retries_left {
+                " AND retry_count < max_retry_count"
+            } else {
+                " AND retry_count >= max_retry_count"
+            })
+            .push(" AND id IN ")
+            .list(failures.iter().map(|f| f.id));
+        affected += q.execute(conn).await?;
+    }
+    Ok(affected)
+}
+
+/// In progress -> what it was before the claim, for the rows `relay_id` still holds: pending
+/// when it had never failed, failed otherwise, with its retry count and next retry time
+/// unchanged. For a batch the broker never answered for: not an attempt of these events.
+/// `reason` is kept in `fail_reason`, so that operators see why they wait.
+pub(crate) async fn release<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = CASE WHEN retry_count > 0 THEN {FAILED} \
+         ELSE {PENDING} END, fail_reason = "
+    ));
+    q.bind(reason)
+        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now);
+    held_by(&mut q, relay_id, ids);
+    q.execute(conn).await
+}
+
+/// Moves the lease of the rows `relay_id` still holds to `until`: the heartbeat of a batch in
+/// flight. Returns how many it still held.
+pub(crate) async fn renew_leases<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    relay_id: &str,
+    ids: &[i64],
+    until: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!("UPDATE {table} SET lock_until = "));
+    q.bind(until);
+    held_by(&mut q, relay_id, ids);
+    q.execute(conn).await
+}
+
+/// Failed with no retries left -> cancelled.
+pub(crate) async fn cancel_exhausted<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    ids: &[i64],
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {CANCELLED}, fail_reason = "
+    ));
+    q.bind(reason)
+        .push(", update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND {} = {FAILED} \
+             AND retry_count >= max_retry_count AND id IN ",
+            DB::DIALECT.status_guard("publish_status")
+        ))
+        .list(ids.iter().copied());
+    q.execute(conn).await
+}
+
+/// In progress with an expired lease -> failed, due at `retry_at`.
+pub(crate) async fn recover_expired<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    now: DateTime<Utc>,
+    retry_at: DateTime<Utc>,
+    reason: &str,
+) -> Result<u64, sqlx::Error> {
+    let mut q = Sql::<DB>::new(format!(
+        "UPDATE {table} SET publish_status = {FAILED}, retry_count = retry_count + 1, \
+         next_retry_time = "
+    ));
+    q.bind(retry_at)
+        .push(", fail_reason = ")
+        .bind(reason)
+        .push(", locked_by = NULL, lock_until = NULL, update_time = ")
+        .bind(now)
+        .push(format!(
+            " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND lock_until <= "
+        ))
+        .bind(now);
+    q.execute(conn).await
+}
