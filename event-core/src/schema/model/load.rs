@@ -1,152 +1,28 @@
+//! Loading a schema document into a [`Graph`]: references resolved, keywords read per kind,
+//! canonical value sets for enums and constants.
+
 //! A JSON schema read into a graph of typed nodes, the way a validator sees it: each keyword group
 //! (`type`, `enum`, `const`, `not`, `allOf`/`anyOf`/`oneOf`) becomes a node, several groups on one
 //! schema combine as an `allOf`, a `type` array becomes an `anyOf`, and `$ref` points at the node
 //! of its target, so a recursive schema is a cycle in the graph, not an infinite tree.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-
+use crate::schema::{MAX_DEPTH, SchemaError};
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 
-use super::{MAX_DEPTH, SchemaError};
+use super::{ArrayNode, Common, Criterion, Kind, Node, NodeId, NumberNode, ObjectNode, StringNode};
 
-/// An index into [`Graph::nodes`].
-pub(crate) type NodeId = usize;
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Common {
-    pub(crate) id: Option<String>,
-    pub(crate) title: Option<String>,
-    pub(crate) description: Option<String>,
-    pub(crate) default: Option<Value>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Criterion {
-    All,
-    Any,
-    One,
-}
-
-impl Criterion {
-    pub(crate) fn keyword(self) -> &'static str {
-        match self {
-            Criterion::All => "allOf",
-            Criterion::Any => "anyOf",
-            Criterion::One => "oneOf",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ObjectNode {
-    pub(crate) properties: BTreeMap<String, NodeId>,
-    pub(crate) required: BTreeSet<String>,
-    pub(crate) permits_additional: bool,
-    pub(crate) additional: Option<NodeId>,
-    pub(crate) pattern_properties: Vec<(String, NodeId)>,
-    pub(crate) property_dependencies: BTreeMap<String, BTreeSet<String>>,
-    pub(crate) schema_dependencies: BTreeMap<String, NodeId>,
-    pub(crate) unevaluated: Option<NodeId>,
-    pub(crate) min_properties: Option<u64>,
-    pub(crate) max_properties: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ArrayNode {
-    pub(crate) all_items: Option<NodeId>,
-    pub(crate) item_schemas: Vec<NodeId>,
-    pub(crate) permits_additional: bool,
-    pub(crate) additional: Option<NodeId>,
-    pub(crate) unevaluated: Option<NodeId>,
-    pub(crate) min_items: Option<u64>,
-    pub(crate) max_items: Option<u64>,
-    pub(crate) unique_items: bool,
-    pub(crate) min_contains: Option<u64>,
-    pub(crate) max_contains: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NumberNode {
-    pub(crate) integer: bool,
-    pub(crate) minimum: Option<f64>,
-    pub(crate) maximum: Option<f64>,
-    pub(crate) exclusive_minimum: Option<f64>,
-    pub(crate) exclusive_maximum: Option<f64>,
-    pub(crate) multiple_of: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StringNode {
-    pub(crate) min_length: Option<u64>,
-    pub(crate) max_length: Option<u64>,
-    pub(crate) pattern: Option<String>,
-}
-
-/// What a node accepts.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Kind {
-    /// `{}` or `true`: anything.
-    Empty,
-    /// `false`: nothing.
-    False,
-    Null,
-    Boolean,
-    String(StringNode),
-    Number(NumberNode),
-    Object(Box<ObjectNode>),
-    Array(Box<ArrayNode>),
-    Enum(Vec<Value>),
-    Const(Value),
-    Not(NodeId),
-    Combined(Criterion, Vec<NodeId>),
-}
-
-impl Kind {
-    /// Which kind of schema this is, for "the type changed" comparisons.
-    pub(crate) fn class(&self) -> u8 {
-        match self {
-            Kind::Empty => 0,
-            Kind::False => 1,
-            Kind::Null => 2,
-            Kind::Boolean => 3,
-            Kind::String(_) => 4,
-            Kind::Number(_) => 5,
-            Kind::Object(_) => 6,
-            Kind::Array(_) => 7,
-            Kind::Enum(_) => 8,
-            Kind::Const(_) => 9,
-            Kind::Not(_) => 10,
-            Kind::Combined(..) => 11,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Node {
-    pub(crate) common: Common,
-    pub(crate) kind: Kind,
-    /// The JSON the node was read from, to tell duplicate subschemas apart from distinct ones.
-    pub(crate) raw: Value,
-}
-
-/// A schema read into nodes; [`Graph::root`] is the schema itself.
-#[derive(Debug, Clone)]
-pub(crate) struct Graph {
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) root: NodeId,
-}
-
-struct Loader<'a> {
-    document: &'a Value,
-    modern: bool,
-    serde: bool,
-    nodes: Vec<Node>,
-    by_pointer: HashMap<String, NodeId>,
+pub(super) struct Loader<'a> {
+    pub(super) document: &'a Value,
+    pub(super) modern: bool,
+    pub(super) serde: bool,
+    pub(super) nodes: Vec<Node>,
+    pub(super) by_pointer: HashMap<String, NodeId>,
     /// Nodes whose schema is still being read: a `$ref` to one of them is a cycle.
-    building: Vec<NodeId>,
+    pub(super) building: Vec<NodeId>,
 }
 
-const OBJECT_KEYWORDS: &[&str] = &[
+pub(super) const OBJECT_KEYWORDS: &[&str] = &[
     "properties",
     "required",
     "additionalProperties",
@@ -159,7 +35,8 @@ const OBJECT_KEYWORDS: &[&str] = &[
     "propertyNames",
     "unevaluatedProperties",
 ];
-const ARRAY_KEYWORDS: &[&str] = &[
+
+pub(super) const ARRAY_KEYWORDS: &[&str] = &[
     "items",
     "prefixItems",
     "additionalItems",
@@ -171,60 +48,39 @@ const ARRAY_KEYWORDS: &[&str] = &[
     "maxContains",
     "unevaluatedItems",
 ];
-const NUMBER_KEYWORDS: &[&str] = &[
+
+pub(super) const NUMBER_KEYWORDS: &[&str] = &[
     "minimum",
     "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
     "multipleOf",
 ];
-const STRING_KEYWORDS: &[&str] = &["minLength", "maxLength", "pattern"];
 
-impl Graph {
-    /// Reads `document`. Draft-04 to draft-07 and 2019-09 / 2020-12 are understood; `$ref` must
-    /// be a JSON pointer into the same document (`#/definitions/..`, `#/$defs/..`, `#`).
-    pub(crate) fn load(document: &Value, profile: super::Profile) -> Result<Graph, SchemaError> {
-        super::validate::validate(document)?;
-        let modern = document
-            .get("$schema")
-            .and_then(Value::as_str)
-            .is_some_and(|s| s.contains("2020-12") || s.contains("2019-09"));
-        let serde = profile == super::Profile::Serde;
-        let canonical = serde.then(|| canonical_value_sets(document));
-        let document = canonical.as_ref().unwrap_or(document);
-        let mut loader = Loader {
-            document,
-            modern,
-            serde,
-            nodes: Vec::new(),
-            by_pointer: HashMap::new(),
-            building: Vec::new(),
-        };
-        let root = loader.node(document, "", 0)?;
-        Ok(Graph {
-            nodes: loader.nodes,
-            root,
-        })
-    }
-}
+pub(super) const STRING_KEYWORDS: &[&str] = &["minLength", "maxLength", "pattern"];
 
-fn escape(segment: &str) -> String {
+pub(super) fn escape(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }
 
-fn unescape(segment: &str) -> String {
+pub(super) fn unescape(segment: &str) -> String {
     segment.replace("~1", "/").replace("~0", "~")
 }
 
 impl Loader<'_> {
-    fn push(&mut self, node: Node) -> NodeId {
+    pub(super) fn push(&mut self, node: Node) -> NodeId {
         self.nodes.push(node);
         self.nodes.len() - 1
     }
 
     /// The node for the schema at `pointer`, read once: a second `$ref` to it, or a cycle back
     /// to it, gets the same node.
-    fn node(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<NodeId, SchemaError> {
+    pub(super) fn node(
+        &mut self,
+        value: &Value,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<NodeId, SchemaError> {
         if let Some(&id) = self.by_pointer.get(pointer) {
             return Ok(id);
         }
@@ -263,7 +119,12 @@ impl Loader<'_> {
         }
     }
 
-    fn build(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<Built, SchemaError> {
+    pub(super) fn build(
+        &mut self,
+        value: &Value,
+        pointer: &str,
+        depth: usize,
+    ) -> Result<Built, SchemaError> {
         let map = match value {
             Value::Bool(true) => return Ok(Built::Node(Box::new(self.plain(Kind::Empty, value)))),
             Value::Bool(false) => return Ok(Built::Node(Box::new(self.plain(Kind::False, value)))),
@@ -399,7 +260,7 @@ impl Loader<'_> {
         })))
     }
 
-    fn plain(&self, kind: Kind, raw: &Value) -> Node {
+    pub(super) fn plain(&self, kind: Kind, raw: &Value) -> Node {
         Node {
             common: Common::default(),
             kind,
@@ -407,7 +268,7 @@ impl Loader<'_> {
         }
     }
 
-    fn resolve(
+    pub(super) fn resolve(
         &mut self,
         reference: &str,
         from: &str,
@@ -436,7 +297,7 @@ impl Loader<'_> {
         self.node(target, &fragment, depth + 1)
     }
 
-    fn typed(
+    pub(super) fn typed(
         &mut self,
         name: &str,
         map: &serde_json::Map<String, Value>,
@@ -489,7 +350,7 @@ impl Loader<'_> {
         })
     }
 
-    fn child_map(
+    pub(super) fn child_map(
         &mut self,
         map: &serde_json::Map<String, Value>,
         key: &str,
@@ -510,7 +371,7 @@ impl Loader<'_> {
         Ok(out)
     }
 
-    fn object(
+    pub(super) fn object(
         &mut self,
         map: &serde_json::Map<String, Value>,
         pointer: &str,
@@ -592,7 +453,7 @@ impl Loader<'_> {
         })
     }
 
-    fn array(
+    pub(super) fn array(
         &mut self,
         map: &serde_json::Map<String, Value>,
         pointer: &str,
@@ -660,12 +521,12 @@ impl Loader<'_> {
     }
 }
 
-enum Built {
+pub(super) enum Built {
     Node(Box<Node>),
     Alias(NodeId),
 }
 
-fn kind_of(value: &Value) -> &'static str {
+pub(super) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -677,7 +538,7 @@ fn kind_of(value: &Value) -> &'static str {
 }
 
 /// The range of the integer formats schemars writes for Rust's integer types.
-fn format_range(format: &str) -> (Option<f64>, Option<f64>) {
+pub(super) fn format_range(format: &str) -> (Option<f64>, Option<f64>) {
     let bits = |b: i32| 2f64.powi(b);
     match format {
         "int8" => (Some(-bits(7)), Some(bits(7) - 1.0)),
@@ -698,7 +559,7 @@ fn format_range(format: &str) -> (Option<f64>, Option<f64>) {
 /// `anyOf` whose members are each a `const` or an `enum` (what schemars writes for an enum whose
 /// variants have doc comments). Each becomes an `enum`, keeping a common `type` and the
 /// annotations, so that documenting a variant is not a type change.
-fn canonical_value_sets(value: &Value) -> Value {
+pub(super) fn canonical_value_sets(value: &Value) -> Value {
     match value {
         Value::Array(items) => Value::Array(items.iter().map(canonical_value_sets).collect()),
         Value::Object(map) => {
