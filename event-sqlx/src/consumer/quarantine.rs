@@ -179,7 +179,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
     }
 
     /// Deletes this consumer's inbox records older than `retention`, in batches of `batch`, and
-    /// returns how many (see [`Inbox::prune`]).
+    /// returns how many (see [`Inbox::prune`](crate::Inbox::prune)).
     pub async fn prune_inbox(
         &self,
         retention: std::time::Duration,

@@ -119,14 +119,14 @@ impl<DB: Backend> Outbox<DB> {
     /// - an event takes a sequence another event holds: [`Error::SequenceConflict`].
     ///
     /// After either error, reload the aggregate and run the command again.
-    /// [`OutboxConfig::commit_state_on_duplicates`] keeps the state of a command whose events
+    /// [`OutboxConfig::commit_state_on_duplicates`](crate::OutboxConfig::commit_state_on_duplicates) keeps the state of a command whose events
     /// were all or partly recorded before.
     ///
     /// On PostgreSQL the events can travel with the `COMMIT`: one round trip writes them and
     /// commits, where [`Outbox::flush`] then `tx.commit()` take two, but the server parses the
     /// statement each time. By default the outbox times its first commits both ways and keeps
-    /// to the faster; [`OutboxConfig::commit_path`] fixes the choice (see [`CommitPath`]).
-    /// (Never in a savepoint, nor with [`OutboxConfig::commit_state_on_duplicates`], which need
+    /// to the faster; [`OutboxConfig::commit_path`](crate::OutboxConfig::commit_path) fixes the choice (see [`CommitPath`]).
+    /// (Never in a savepoint, nor with [`OutboxConfig::commit_state_on_duplicates`](crate::OutboxConfig::commit_state_on_duplicates), which need
     /// the flush's duplicate detection inside the transaction.)
     pub async fn commit(
         &self,

@@ -192,7 +192,7 @@ pub struct RepublishReport {
 }
 
 /// Which published events [`Outbox::republish`] sends again; unset filters match everything.
-/// Built like [`OutboxSearch`] and [`QuarantineFilter`](crate::QuarantineFilter):
+/// Built like [`OutboxSearch`](crate::OutboxSearch) and [`QuarantineFilter`](crate::QuarantineFilter):
 /// `Republish::default().event_type("ORDER_PAID")`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Republish<'a> {

@@ -65,10 +65,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     ///
     /// While the broker is unavailable, the relay gives each batch back unpublished (its
     /// attempt not counted) and pauses, from a quarter of a second doubling up to
-    /// [`RelayConfig::outage_pause`] (5 s by default), before it tries again: it publishes again
+    /// [`RelayConfig::outage_pause`](crate::RelayConfig::outage_pause) (5 s by default), before it tries again: it publishes again
     /// within that pause of the broker answering.
     ///
-    /// When `shutdown` completes, the batch in flight has [`RelayConfig::shutdown_grace`] (5 s
+    /// When `shutdown` completes, the batch in flight has [`RelayConfig::shutdown_grace`](crate::RelayConfig::shutdown_grace) (5 s
     /// by default) to be acknowledged; what is not is given back unpublished, as is the batch
     /// claimed next, so `run` returns within the grace plus one database round trip and leaves
     /// no lease held.
