@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::settle::after;
 
-/// What [`Harness::settle`] did.
+/// What [`Harness::settle`](crate::Harness::settle) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Settled {
@@ -22,13 +22,13 @@ pub struct Settled {
     /// Messages consumers acknowledged (applied, duplicate, ignored, stale, quarantined).
     pub delivered: usize,
     /// Relays that crashed between publish and mark
-    /// ([`MemoryBroker::crash_relay_after_next_publish`]).
+    /// ([`MemoryBroker::crash_relay_after_next_publish`](crate::MemoryBroker::crash_relay_after_next_publish)).
     pub relay_crashes: usize,
     /// Consumers stopped mid-batch ([`Harness::stop_consumer_mid_batch`]).
     pub consumer_stops: usize,
 }
 
-/// Why [`Harness::settle`] stopped before everything settled.
+/// Why [`Harness::settle`](crate::Harness::settle) stopped before everything settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Stop {
@@ -54,7 +54,7 @@ pub struct Undelivered {
     pub waits_for: Option<u64>,
 }
 
-/// What was left when [`Harness::settle`] stopped, and why.
+/// What was left when [`Harness::settle`](crate::Harness::settle) stopped, and why.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Unsettled {
