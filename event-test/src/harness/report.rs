@@ -24,7 +24,7 @@ pub struct Settled {
     /// Relays that crashed between publish and mark
     /// ([`MemoryBroker::crash_relay_after_next_publish`](crate::MemoryBroker::crash_relay_after_next_publish)).
     pub relay_crashes: usize,
-    /// Consumers stopped mid-batch ([`Harness::stop_consumer_mid_batch`]).
+    /// Consumers stopped mid-batch ([`Harness::stop_consumer_mid_batch`](crate::Harness::stop_consumer_mid_batch)).
     pub consumer_stops: usize,
 }
 
