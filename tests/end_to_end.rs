@@ -23,7 +23,10 @@ async fn invoices(pool: &sqlx::SqlitePool) -> i64 {
 }
 
 /// The invoice consumer's handler: one invoice per paid order, in the consumer's transaction.
-async fn invoice(tx: &mut sqlx::SqliteConnection, paid: OrderPaid) -> Result<(), HandlerError> {
+async fn invoice(
+    tx: &mut sqlx::SqliteConnection,
+    paid: Delivered<OrderPaid>,
+) -> Result<(), HandlerError> {
     if paid.amount_minor == 999 {
         return Err(HandlerError::Permanent(
             "amount 999 is a test amount, refused".into(),
@@ -36,14 +39,6 @@ async fn invoice(tx: &mut sqlx::SqliteConnection, paid: OrderPaid) -> Result<(),
         .await
         .map_err(|e| HandlerError::Transient(e.to_string()))?;
     Ok(())
-}
-
-/// [`invoice`] as the consumer's handler of ORDER_PAID.
-async fn invoice_delivered(
-    tx: &mut sqlx::SqliteConnection,
-    paid: Delivered<OrderPaid>,
-) -> Result<(), HandlerError> {
-    invoice(tx, paid.into_event()).await
 }
 
 /// The order service: both events routed to `topic` (per-aggregate order holds ORDER_PAID until
@@ -98,7 +93,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
 
     let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2")
         .owner("billing-team")
-        .on(invoice_delivered);
+        .on(invoice);
     let subject = format!("{topic}.order.paid");
     let ack_wait = Duration::from_millis(800);
     let subscription =
@@ -224,16 +219,17 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
 
     // After the fix, the quarantine is replayed: the refused order gets its invoice; replaying
     // again changes nothing.
-    let fixed =
-        async |tx: &mut sqlx::SqliteConnection, paid: OrderPaid| -> Result<(), HandlerError> {
-            sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES (?, ?)")
-                .bind(&paid.order_id)
-                .bind(paid.amount_minor)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| HandlerError::Transient(e.to_string()))?;
-            Ok(())
-        };
+    let fixed = async |tx: &mut sqlx::SqliteConnection,
+                       paid: Delivered<OrderPaid>|
+           -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES (?, ?)")
+            .bind(&paid.order_id)
+            .bind(paid.amount_minor)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| HandlerError::Transient(e.to_string()))?;
+        Ok(())
+    };
     assert_eq!(
         consumer.replay::<OrderPaid>(10, &fixed).await.unwrap(),
         1,
@@ -331,7 +327,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     let relay = outbox.relay(publisher, RelayConfig::new("relay"));
     relay.drain().await.unwrap();
 
-    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").on(invoice_delivered);
+    let consumer = Consumer::new(pool.clone(), "invoice-service", "1.4.2").on(invoice);
     // A consumer takes three messages, commits their effects, and dies before acknowledging:
     // closing its channel returns them to the queue.
     {

@@ -60,7 +60,7 @@ event_tests::on_every_backend!(effects_happen_once);
 
 mod stale {
     use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
-    use event_sqlx::{Consumer, HandlerError, Processed};
+    use event_sqlx::{Consumer, Delivered, HandlerError, Processed};
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{NoteAdded, Order};
 
@@ -89,7 +89,9 @@ mod stale {
     async fn older_events_are_refused_and_recorded<DB: Orders>(db: &TestDb<DB>) {
         let bodies = notes();
         let guarded = Consumer::new(db.pool().clone(), "order-view", "2.0.0").reject_stale();
-        let apply = async |_tx: &mut DB::Connection, _note: NoteAdded| Ok::<(), HandlerError>(());
+        let apply = async |_tx: &mut DB::Connection, _note: Delivered<NoteAdded>| {
+            Ok::<(), HandlerError>(())
+        };
         // Delivered out of order: 3 first; 2 and 1 then arrive late.
         let outcomes = [
             guarded
@@ -151,7 +153,8 @@ mod stale {
 mod replay {
     use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
     use event_sqlx::{
-        Consumer, FailureClass, HandlerError, Processed, QuarantineFilter, QuarantineStatus,
+        Consumer, Delivered, FailureClass, HandlerError, Processed, QuarantineFilter,
+        QuarantineStatus,
     };
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{NoteAdded, Order};
@@ -183,7 +186,7 @@ mod replay {
 
     async fn a_match_on_the_last_page_is_replayed<DB: Orders>(db: &TestDb<DB>) {
         let consumer = Consumer::new(db.pool().clone(), "note-view", "1.0.0");
-        let refuse = async |_tx: &mut DB::Connection, _note: NoteAdded| {
+        let refuse = async |_tx: &mut DB::Connection, _note: Delivered<NoteAdded>| {
             Err::<(), _>(HandlerError::Permanent("no view for notes yet".into()))
         };
         let bodies = notes(QUARANTINED);
@@ -195,7 +198,7 @@ mod replay {
             assert!(matches!(outcome, Processed::Quarantined(_)), "{outcome:?}");
         }
         let applied = std::sync::atomic::AtomicUsize::new(0);
-        let apply = async |_tx: &mut DB::Connection, _note: NoteAdded| {
+        let apply = async |_tx: &mut DB::Connection, _note: Delivered<NoteAdded>| {
             applied.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok::<(), HandlerError>(())
         };

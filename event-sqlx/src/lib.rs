@@ -65,7 +65,9 @@ pub use reconcile::{Reconcile, ReconcileReport, ReconcileTotals, ReconciledEvent
 
 pub use consumer::{Consumer, Processed, Received};
 pub use relay::{BatchReport, Relay};
-pub use route::{Delivered, UnknownEvents};
+pub use route::{
+    BoxConsumer, BoxRoutes, Delivered, SendBatchHandler, SendHandler, SendRoutes, UnknownEvents,
+};
 #[doc(hidden)]
 pub use route::{NoRoutes, On, OnBatch, Routes};
 pub use worker::{MessageWorker, WorkerReport};

@@ -9,7 +9,9 @@ use crate::clock::Clock;
 use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
 use crate::inbox::Inbox;
-use crate::route::{Delivered, NoRoutes, On, OnBatch, Routes, UnknownEvents};
+use crate::route::{
+    BoxConsumer, BoxRoutes, Delivered, NoRoutes, On, OnBatch, Routes, SendRoutes, UnknownEvents,
+};
 use crate::sql::dialect::Backend;
 use crate::table::TableName;
 
@@ -157,9 +159,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
     ///
     /// Its errors decide what happens to the event: see [`HandlerError`].
     ///
-    /// Keep the consumer's concrete type where it is spawned (build it in place, or in a
-    /// macro): returned from a function as `Consumer<DB, impl Routes<DB>>`, it hides whether
-    /// its handlers' futures are `Send`, and `tokio::spawn` refuses it.
+    /// The consumer's type names every handler. To store it in a field, return it from a
+    /// function or spawn it from there, box the handlers with [`Consumer::boxed`].
     pub fn on<E, H>(self, handler: H) -> Consumer<DB, On<E, H, R>>
     where
         E: event_core::DomainEvent,
@@ -183,6 +184,51 @@ impl<DB: Backend, R> Consumer<DB, R> {
         H: AsyncFn(&mut DB::Connection, Vec<Delivered<E>>) -> Result<(), HandlerError>,
     {
         self.map_routes(|routes| OnBatch::new(handler, routes))
+    }
+
+    /// The same consumer with its handlers boxed: a [`BoxConsumer<DB>`], a type that a field,
+    /// a function's return type or a `tokio::spawn`ed task can hold. Each handler must be an
+    /// `async fn` (or an async closure that captures nothing) whose future is `Send`
+    /// ([`SendHandler`]); a dispatch then costs one allocation.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] mod demo {
+    /// use event_sqlx::{BoxConsumer, Consumer, Delivered, HandlerError};
+    /// use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, event_core::DomainEvent)]
+    /// struct OrderPaid {
+    ///     order_id: String,
+    /// }
+    ///
+    /// async fn on_paid(conn: &mut SqliteConnection, paid: Delivered<OrderPaid>) -> Result<(), HandlerError> {
+    ///     sqlx::query("INSERT INTO invoice (order_id) VALUES (?)")
+    ///         .bind(&paid.order_id)
+    ///         .execute(conn)
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// struct Billing {
+    ///     consumer: BoxConsumer<Sqlite>,
+    /// }
+    ///
+    /// fn billing(pool: SqlitePool) -> BoxConsumer<Sqlite> {
+    ///     Consumer::new(pool, "billing", "1.0.0").on(on_paid).boxed()
+    /// }
+    ///
+    /// # async fn demo(pool: SqlitePool) {
+    /// let service = Billing { consumer: billing(pool) };
+    /// let consumer = service.consumer.clone();
+    /// tokio::spawn(async move { consumer.replay_requeued().await });
+    /// # }
+    /// # }
+    /// ```
+    pub fn boxed(self) -> BoxConsumer<DB>
+    where
+        R: SendRoutes<DB>,
+    {
+        self.map_routes(BoxRoutes::new)
     }
 
     /// The same consumer with its handlers wrapped by `wrap`.

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, HandlerError};
 use crate::inbox::{Guarded, Handled, InboxError, OrderCheck};
-use crate::route::{Routes, UnknownEvents};
+use crate::route::{Delivered, Routes, UnknownEvents};
 use crate::sql::dialect::Backend;
 use crate::status::FailureClass;
 use event_core::{DomainEvent, EventEnvelope};
@@ -19,14 +19,15 @@ use tracing::Instrument;
 
 impl<DB: Backend, R> Consumer<DB, R> {
     /// Processes one message body (the envelope's JSON) with `handler` alone, which gets the
-    /// handler's transaction and the event as the newest version of `E`; other event types are
+    /// handler's transaction and the event as a [`Delivered`], the newest version of `E` with
+    /// its envelope, as an `.on` handler does; other event types are
     /// ignored. `message_id` is the broker's id, used to name a body that cannot be read. For
     /// the consumer's own handlers, see [`Consumer::receive`].
     pub async fn process<E: DomainEvent>(
         &self,
         body: &[u8],
         message_id: Option<&str>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
     ) -> Result<Processed, Error> {
         self.process_with(
             body,

@@ -39,13 +39,13 @@ impl<DB: Backend, R> Consumer<DB, R> {
         self.quarantine_page(status, filter, 0, limit).await
     }
 
-    /// Processes the oldest `limit` quarantined events again with `handler` (after a fix), and
+    /// Processes the oldest `limit` quarantined events again with `handler` (after a fix), which gets each as a [`Delivered`] like an `.on` handler,, and
     /// marks each one replayed once it is applied or found already applied. Idempotent: the inbox
     /// keeps a replayed event from having its effect twice. Returns how many were replayed.
     pub async fn replay<E: DomainEvent>(
         &self,
         limit: u32,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
     ) -> Result<usize, Error> {
         let page = self.quarantined(limit).await?;
         self.replay_records(page, &Self::single(&handler)).await
@@ -57,7 +57,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
     pub async fn replay_matching<E: DomainEvent>(
         &self,
         filter: &QuarantineFilter<'_>,
-        handler: impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+        handler: impl AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
     ) -> Result<usize, Error> {
         self.replay_with(
             QuarantineStatus::Quarantined,
@@ -67,16 +67,11 @@ impl<DB: Backend, R> Consumer<DB, R> {
         .await
     }
 
-    /// A route for one ad hoc handler that takes the payload alone.
+    /// A route for one ad hoc handler.
     pub(super) fn single<E: DomainEvent>(
-        handler: &impl AsyncFn(&mut DB::Connection, E) -> Result<(), HandlerError>,
+        handler: &impl AsyncFn(&mut DB::Connection, Delivered<E>) -> Result<(), HandlerError>,
     ) -> impl Routes<DB> {
-        On::new(
-            async move |tx: &mut DB::Connection, delivered: Delivered<E>| {
-                handler(tx, delivered.event).await
-            },
-            NoRoutes,
-        )
+        On::new(handler, NoRoutes)
     }
 
     pub(super) async fn replay_with(

@@ -8,6 +8,10 @@ use event_core::{DomainEvent, EventContext, EventEnvelope, Upcasters};
 use crate::error::HandlerError;
 use crate::sql::dialect::Backend;
 
+mod boxed;
+
+pub use boxed::{BoxConsumer, BoxRoutes, SendBatchHandler, SendHandler, SendRoutes};
+
 /// An event as a handler receives it: the payload, decoded as the newest version of `E`
 /// (older versions upcast), and the envelope it came in, with its id, type, version,
 /// aggregate, sequence, `occurredAt`, headers and trace.
@@ -49,6 +53,29 @@ impl<E> Deref for Delivered<E> {
     fn deref(&self) -> &E {
         &self.event
     }
+}
+
+/// The envelope decoded for a handler of `E` (upcast to its newest version); a payload that
+/// cannot be decoded is a permanent failure.
+fn decode<E: DomainEvent>(
+    envelope: &EventEnvelope,
+    upcasters: &Upcasters,
+) -> Result<Delivered<E>, HandlerError> {
+    let event: E = upcasters
+        .decode(envelope)
+        .map_err(|e| HandlerError::Permanent(e.to_string()))?;
+    Ok(Delivered {
+        event,
+        envelope: envelope.clone(),
+    })
+}
+
+/// [`decode`] for each envelope of a batch.
+fn decode_all<E: DomainEvent>(
+    envelopes: &[&EventEnvelope],
+    upcasters: &Upcasters,
+) -> Result<Vec<Delivered<E>>, HandlerError> {
+    envelopes.iter().map(|e| decode(e, upcasters)).collect()
 }
 
 /// What a consumer does with an event type it has no handler for.
@@ -185,17 +212,8 @@ where
         if envelope.event_type != E::EVENT_TYPE {
             return self.next.dispatch(conn, envelope, upcasters).await;
         }
-        let event: E = upcasters
-            .decode(envelope)
-            .map_err(|e| HandlerError::Permanent(e.to_string()))?;
-        (self.handler)(
-            conn,
-            Delivered {
-                event,
-                envelope: envelope.clone(),
-            },
-        )
-        .await
+        let delivered = decode::<E>(envelope, upcasters)?;
+        (self.handler)(conn, delivered).await
     }
 
     fn takes_batches(&self, event_type: &str) -> bool {
@@ -279,16 +297,7 @@ where
     ) -> Result<(), HandlerError> {
         match envelopes.first() {
             Some(first) if first.event_type == E::EVENT_TYPE => {
-                let mut events = Vec::with_capacity(envelopes.len());
-                for envelope in envelopes {
-                    let event: E = upcasters
-                        .decode(envelope)
-                        .map_err(|e| HandlerError::Permanent(e.to_string()))?;
-                    events.push(Delivered {
-                        event,
-                        envelope: (*envelope).clone(),
-                    });
-                }
+                let events = decode_all::<E>(envelopes, upcasters)?;
                 (self.handler)(conn, events).await
             }
             _ => self.next.dispatch_batch(conn, envelopes, upcasters).await,
