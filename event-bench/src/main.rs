@@ -4,6 +4,7 @@
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
 mod archive;
+mod charts;
 mod console;
 mod delivery;
 mod derive_build;
@@ -79,6 +80,9 @@ struct Args {
     /// kafka).
     #[arg(long, default_value = "all")]
     brokers: String,
+    /// Draws the performance chapter's charts from `benches/results` into this directory.
+    #[arg(long)]
+    charts: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -90,6 +94,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(dir) = &args.charts {
+        return charts::run(dir);
+    }
     if let Some(types) = args.schema_types {
         return schema::schema_bench(types);
     }
