@@ -343,3 +343,13 @@ pub fn reachable<T, E: std::fmt::Display>(
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", unique_name())
 }
+
+/// A fresh PostgreSQL database whose outbox commits on `path`.
+pub async fn postgres_with(path: event_sqlx::CommitPath) -> Option<TestDb<Postgres>> {
+    let mut db = TestDb::postgres().await?;
+    db.outbox = event_sqlx::Outbox::new(
+        db.pool().clone(),
+        event_sqlx::OutboxConfig::new().commit_path(path),
+    );
+    Some(db)
+}

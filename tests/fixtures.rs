@@ -1,7 +1,29 @@
 //! A small order domain used across the tests.
 
-use event_core::{Aggregate, DomainEvent, RecordError, RecordedEvents};
+use event_core::{Aggregate, DomainEvent, EventContext, RecordError, RecordedEvents, UnitOfWork};
 use serde::{Deserialize, Serialize};
+
+use crate::db::{Orders, TestDb};
+
+/// The context of the order service's commands: its name and tenant.
+pub fn context() -> EventContext {
+    EventContext::new("order-service").tenant_id("acme")
+}
+
+/// Places `id` (and pays it, when `paid`) and commits the order row and its events together.
+pub async fn place<DB: Orders>(db: &TestDb<DB>, id: &str, paid: bool) {
+    let mut order = Order::place(id, 1000).unwrap();
+    if paid {
+        order.pay(1000).unwrap();
+    }
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, id, if paid { "PAID" } else { "PLACED" }, 1)
+        .await
+        .unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    db.outbox.commit(tx, uow).await.unwrap();
+}
 
 /// An order was placed. No template: the unit of work assigns the event number.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]

@@ -39,12 +39,38 @@ mod guide {
 /// unless `EVENT_TEST_REQUIRE_SERVICES=1`. `multi_thread:` first runs them on two worker threads,
 /// for scenarios that spawn.
 ///
+/// `#[test attribute] name = opener, ...;` instead names each module and the expression that
+/// opens its database (an `Option<TestDb<_>>` future), for a backend configured differently:
+/// a module per opener, with a test per scenario.
+///
 /// ```text
 /// event_tests::on_every_backend!(effects_happen_once, duplicates_are_absorbed);
 /// event_tests::on_every_backend!(multi_thread: relay_beside_the_archiver);
+/// event_tests::on_every_backend!(#[tokio::test] one_trip = postgres_with(CommitPath::OneTrip);
+///     state_and_events_commit_or_roll_back_together);
 /// ```
 #[macro_export]
 macro_rules! on_every_backend {
+    (#[$test:meta] $($module:ident = $open:expr),+ ; $($scenario:ident),* $(,)?) => {
+        $crate::on_every_backend!(@modules #[$test] [$($scenario),*] $($module = $open),+);
+    };
+    (@modules #[$test:meta] [$($scenario:ident),*] $module:ident = $open:expr $(, $rest:ident = $rest_open:expr)*) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[$test]
+                async fn $scenario() {
+                    if let Some(db) = $open.await {
+                        super::$scenario(&db).await;
+                        db.cleanup().await;
+                    }
+                }
+            )*
+        }
+        $crate::on_every_backend!(@modules #[$test] [$($scenario),*] $($rest = $rest_open),*);
+    };
+    (@modules #[$test:meta] [$($scenario:ident),*]) => {};
     (@each #[$test:meta]; $($scenario:ident),*) => {$(
         mod $scenario {
             $crate::on_every_backend!(@one #[$test] $scenario postgres);

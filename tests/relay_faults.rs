@@ -374,33 +374,9 @@ async fn shutdown_gives_back_a_batch_the_broker_never_acknowledges<DB: Orders>(d
     }
 }
 
-/// A module `$module` of tests, one per scenario, each on a fresh database from `$open`.
-macro_rules! scenarios_on {
-    ($module:ident, $open:expr; $($scenario:ident),* $(,)?) => {
-        mod $module {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    if let Some(db) = $open.await {
-                        super::$scenario(&db).await;
-                        db.cleanup().await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {
-        scenarios_on!(postgres, TestDb::postgres(); $($scenario),*);
-        scenarios_on!(mysql, TestDb::mysql(); $($scenario),*);
-        scenarios_on!(sqlite, TestDb::sqlite(); $($scenario),*);
-    };
-}
-
-on_every_backend!(
+event_tests::on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    postgres = TestDb::postgres(), mysql = TestDb::mysql(), sqlite = TestDb::sqlite();
     a_slow_batch_keeps_its_lease_by_heartbeat,
     a_dead_relays_events_go_out_within_the_default_lease_and_recovery,
     drain_recovering_finishes_what_a_dead_relay_left,
