@@ -42,12 +42,7 @@ pub(crate) async fn archive_bench(args: &Args) -> anyhow::Result<()> {
         "publishedRows": args.published,
         "results": results,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/archive.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/archive.json", &report)?;
     Ok(())
 }
 

@@ -339,11 +339,7 @@ pub(crate) async fn run(rows: i64) -> anyhow::Result<()> {
         "fillSeconds": fill_seconds,
         "results": results,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/console.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
+    crate::write_result("benches/results/console.json", &report)?;
     db.cleanup().await;
     Ok(())
 }

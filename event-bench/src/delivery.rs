@@ -45,12 +45,7 @@ pub(crate) async fn run(events: usize) -> anyhow::Result<()> {
         "store": "PostgreSQL",
         "results": results,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/delivery.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/delivery.json", &report)?;
     Ok(())
 }
 

@@ -115,11 +115,6 @@ pub(crate) fn run(events: usize) -> anyhow::Result<()> {
         "withoutSnapshotsSeconds": without,
         "ratio": with / without,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/derive-build.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/derive-build.json", &report)?;
     Ok(())
 }

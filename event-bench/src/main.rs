@@ -127,6 +127,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     outbox::run(&args).await
 }
 
+/// Writes a benchmark's report to `path` (under `benches/results`) and prints it.
+pub(crate) fn write_result(
+    path: impl AsRef<std::path::Path>,
+    report: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_string_pretty(report)?;
+    std::fs::write(path, format!("{text}\n"))?;
+    println!("{text}");
+    Ok(())
+}
+
 pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

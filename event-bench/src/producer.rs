@@ -298,12 +298,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         "note": "one run; the variants interleaved in rounds of 50 transactions, in a new order each round; each figure the median of one variant's transactions",
         "figures": figures,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/producer.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/producer.json", &report)?;
     db.cleanup().await;
     lean_db.cleanup().await;
     Ok(())

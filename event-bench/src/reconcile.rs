@@ -56,12 +56,7 @@ pub(crate) async fn run(backend: &str, events: i64) -> anyhow::Result<()> {
         "eventsPerSide": events,
         "results": results,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/reconcile.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/reconcile.json", &report)?;
     Ok(())
 }
 

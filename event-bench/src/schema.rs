@@ -162,11 +162,6 @@ pub(crate) fn schema_bench(types: usize) -> anyhow::Result<()> {
         "checkVsParse": check.as_secs_f64() / parse.as_secs_f64(),
         "perEventTypeMicros": check.as_secs_f64() * 1e6 / types as f64,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/schema.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/schema.json", &report)?;
     Ok(())
 }

@@ -98,10 +98,6 @@ pub(crate) async fn run(sizes: &[usize]) -> anyhow::Result<()> {
         "what": "Harness::settle over a committed backlog: real outbox, relay and one consumer with a row per event, MemoryBroker",
         "results": results,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/settle.json",
-        serde_json::to_string_pretty(&report)?,
-    )?;
+    crate::write_result("benches/results/settle.json", &report)?;
     Ok(())
 }

@@ -118,12 +118,7 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
         "backlog": backlog,
         "latency": latency,
     });
-    std::fs::create_dir_all("benches/results")?;
-    std::fs::write(
-        "benches/results/throughput.json",
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    crate::write_result("benches/results/throughput.json", &report)?;
     Ok(())
 }
 
