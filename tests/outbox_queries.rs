@@ -1,8 +1,5 @@
 //! The seed's queries over the outbox, and republishing by filter, on every backend.
 
-//! The transactional outbox and its relay, on real PostgreSQL, MariaDB and SQLite: each scenario
-//! runs on a fresh database of every backend.
-
 use event_sqlx::Republish;
 use event_sqlx::{ChannelPublisher, EventStatus, RelayConfig};
 use event_tests::db::{Orders, TestDb};

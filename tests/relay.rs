@@ -2,8 +2,10 @@
 //! order by relays working together, retries on schedule, blocked aggregates, expired leases,
 //! marks that ride out deadlocks and killed connections, and wake-ups by notification.
 
-//! The transactional outbox and its relay, on real PostgreSQL, MariaDB and SQLite: each scenario
-//! runs on a fresh database of every backend.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use event_core::{Aggregate, UnitOfWork};
 use event_sqlx::{
@@ -12,10 +14,6 @@ use event_sqlx::{
 };
 use event_tests::db::{Orders, TestDb, postgres_with};
 use event_tests::fixtures::{NoteAdded, Order, context, place};
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 /// Fails every event whose event number is listed; sends the rest into a channel.
 struct Selective {

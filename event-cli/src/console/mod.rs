@@ -145,6 +145,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<ExitCode> {
 
 /// Every page and action.
 pub(crate) fn router(app: Arc<App>) -> Router {
+    use pages::EventVerb;
     Router::new()
         .route("/", get(pages::overview))
         .route("/search", get(pages::search))
@@ -156,8 +157,14 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
         .route("/bulk-retry", get(pages::bulk_retry_confirm))
-        .route("/actions/outbox/retry", post(pages::outbox_retry))
-        .route("/actions/outbox/cancel", post(pages::outbox_cancel))
+        .route(
+            "/actions/outbox/retry",
+            pages::event_action(EventVerb::OutboxRetry),
+        )
+        .route(
+            "/actions/outbox/cancel",
+            pages::event_action(EventVerb::OutboxCancel),
+        )
         .route("/actions/outbox/skip", post(pages::outbox_skip))
         .route("/actions/outbox/bulk-retry", post(pages::outbox_bulk_retry))
         .route(
@@ -165,8 +172,14 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             post(pages::quarantine_requeue),
         )
         .route("/actions/quarantine/cancel", post(pages::quarantine_cancel))
-        .route("/actions/messages/retry", post(pages::message_retry))
-        .route("/actions/messages/cancel", post(pages::message_cancel))
+        .route(
+            "/actions/messages/retry",
+            pages::event_action(EventVerb::MessageRetry),
+        )
+        .route(
+            "/actions/messages/cancel",
+            pages::event_action(EventVerb::MessageCancel),
+        )
         .route("/static/console.css", get(pages::stylesheet))
         .fallback(pages::not_found)
         .layer(axum::middleware::map_response(secure_headers))

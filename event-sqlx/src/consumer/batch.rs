@@ -1,20 +1,17 @@
 //! A batch of messages through a consumer: one transaction for the batch, bisected on failure,
 //! in per-aggregate order, and `.on_batch` handlers.
 
-//! Consumers (seed 003): every event applied once in effect through the inbox, failures sorted
-//! into transient (retried with backoff), permanent (quarantined with what is needed to recover)
-//! and bugs (the consumer stops and says why), and quarantined events replayed after a fix.
+use event_core::EventEnvelope;
+use tracing::Instrument;
 
 use crate::error::Error;
 use crate::inbox::in_sequence;
+use crate::metrics;
 use crate::route::{Routes, UnknownEvents};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox::{self as sql};
-use event_core::EventEnvelope;
 
 use super::{Consumer, Processed, Received, parent_span_id};
-use crate::metrics;
-use tracing::Instrument;
 
 /// How a batch transaction ended.
 pub(super) enum BatchRun {

@@ -1,21 +1,18 @@
 //! One message through a consumer: decode, upcast, route, the inbox check and the handler in one
 //! transaction, per-aggregate order, and the classification of what went wrong.
 
-//! Consumers (seed 003): every event applied once in effect through the inbox, failures sorted
-//! into transient (retried with backoff), permanent (quarantined with what is needed to recover)
-//! and bugs (the consumer stops and says why), and quarantined events replayed after a fix.
+use body_digest::digest;
+use event_core::{DomainEvent, EventEnvelope};
+use tracing::Instrument;
 
 use crate::error::{Error, HandlerError};
 use crate::inbox::{Guarded, Handled, InboxError, OrderCheck};
+use crate::metrics;
 use crate::route::{Delivered, Routes, UnknownEvents};
 use crate::sql::dialect::Backend;
 use crate::status::FailureClass;
-use event_core::{DomainEvent, EventEnvelope};
 
 use super::{Consumer, Processed, body_digest, parent_span_id};
-use crate::metrics;
-use body_digest::digest;
-use tracing::Instrument;
 
 impl<DB: Backend, R> Consumer<DB, R> {
     /// Processes one message body (the envelope's JSON) with `handler` alone, which gets the

@@ -1,20 +1,17 @@
 //! The quarantine: what a consumer could not apply, how it is stored, listed and replayed, and
 //! pruning the inbox.
 
-//! Consumers (seed 003): every event applied once in effect through the inbox, failures sorted
-//! into transient (retried with backoff), permanent (quarantined with what is needed to recover)
-//! and bugs (the consumer stops and says why), and quarantined events replayed after a fix.
+use event_core::{DomainEvent, EventEnvelope};
 
 use crate::error::{Error, HandlerError};
+use crate::metrics;
 use crate::route::{Delivered, NoRoutes, On, Routes, UnknownEvents};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox::{self as sql, Selection};
 use crate::status::{FailureClass, QuarantineStatus};
-use event_core::{DomainEvent, EventEnvelope};
 
 use super::{Consumer, Processed};
-use crate::metrics;
 
 impl<DB: Backend, R> Consumer<DB, R> {
     /// Quarantined events of this consumer, oldest first.

@@ -1,18 +1,18 @@
 //! Writing events: `flush` into the caller's transaction, `commit` with the caller's state,
 //! the choice between the one-trip and the bound commit path, and the row each envelope becomes.
 
-//! The outbox: events written in the business transaction, and the seed's queries over them.
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use event_core::{EventEnvelope, EventNo, UnitOfWork};
+use sqlx::Transaction;
 
 use crate::config::outbox::CommitPath;
 use crate::error::Error;
 use crate::row::outbox::{FlushReport, NewOutboxRow};
 use crate::sql::dialect::{Backend, Dialect};
 use crate::sql::outbox::{self as sql};
-use event_core::{EventEnvelope, EventNo, UnitOfWork};
-use sqlx::Transaction;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
 
 use super::Outbox;
 

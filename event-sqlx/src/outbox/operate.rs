@@ -1,6 +1,8 @@
 //! What operators change: archive and purge, cancel, retry, skipping a stuck head, republish.
 
-//! The outbox: events written in the business transaction, and the seed's queries over them.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::clock::{self};
 use crate::error::Error;
@@ -8,8 +10,6 @@ use crate::publisher::{OutboxMessage, Publisher};
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
-use chrono::{DateTime, Utc};
-use std::time::Duration;
 
 use super::Outbox;
 

@@ -1,7 +1,9 @@
 //! What operators, the console and alerts read: rows by state, aggregate or event number,
 //! counts, health, search, leases and failures.
 
-//! The outbox: events written in the business transaction, and the seed's queries over them.
+use std::ops::RangeBounds;
+
+use chrono::{DateTime, Utc};
 
 use crate::error::Error;
 use crate::row::outbox::{
@@ -9,8 +11,6 @@ use crate::row::outbox::{
 };
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
-use chrono::{DateTime, Utc};
-use std::ops::RangeBounds;
 
 use super::Outbox;
 

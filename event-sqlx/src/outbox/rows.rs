@@ -1,9 +1,6 @@
 //! The row each envelope becomes, checked before any write, and the error a write's unique key
 //! refusal becomes.
 
-//! Writing events: `flush` into the caller's transaction, `commit` with the caller's state,
-//! the choice between the one-trip and the bound commit path, and the row each envelope becomes.
-
 //! The outbox: events written in the business transaction, and the seed's queries over them.
 
 use super::Outbox;

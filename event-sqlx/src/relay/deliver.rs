@@ -1,7 +1,9 @@
 //! One batch: claim it under a lease, publish it within the lease, mark what the broker accepted
 //! and give back what it did not.
 
-//! The relay: claims committed events under a lease, publishes them, and records the outcome.
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::error::{Chain, Error};
@@ -11,8 +13,6 @@ use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Claim, Failure};
 use crate::sql::{retry_rolled_back, retry_transient};
-use std::time::Duration;
-use tokio::time::Instant;
 
 use super::{BatchReport, Relay};
 

@@ -1,7 +1,10 @@
 //! The relay as a long-running task: woken by commits or its poll interval, recovering expired
 //! leases, sampling the backlog, and pausing through broker outages.
 
-//! The relay: claims committed events under a lease, publishes them, and records the outcome.
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::error::{Chain, Error};
@@ -10,9 +13,6 @@ use crate::publisher::Publisher;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql};
 use crate::sql::retry_rolled_back;
-use std::future::Future;
-use std::time::Duration;
-use tokio::time::Instant;
 
 use super::{BatchReport, OUTAGE_FIRST_PAUSE, Relay};
 

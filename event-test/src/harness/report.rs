@@ -1,13 +1,11 @@
 //! What a settle returns: [`Settled`], or [`Unsettled`] with every row and message left.
 
-//! The service's real outbox, relay and consumers over one database and a broker in memory,
-//! run until nothing is left to do.
+use std::fmt;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use event_core::EventEnvelope;
 use event_sqlx::{EventStatus, OutboxRecord};
-use std::fmt;
-use std::time::Duration;
 
 use super::settle::after;
 

@@ -1,14 +1,13 @@
 //! Settling: relay rounds and delivery rounds until nothing is left, time jumps to each next due
 //! moment, and the account of what is left when it stops.
 
-//! The service's real outbox, relay and consumers over one database and a broker in memory,
-//! run until nothing is left to do.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use event_sqlx::{Backend, Clock, Error, EventStatus, OutboxSearch, Processed, Received};
 
 use crate::broker::Delivery;
 use crate::deadline::Deadline;
-use chrono::{DateTime, Utc};
-use event_sqlx::{Backend, Clock, Error, EventStatus, OutboxSearch, Processed, Received};
-use std::time::Duration;
 
 use super::{Harness, Settled, Stop, Undelivered, Unsettled};
 

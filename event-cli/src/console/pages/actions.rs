@@ -1,23 +1,22 @@
 //! The actions: retry, cancel and skip on the outbox and the message table, bulk retry, and
 //! requeue and cancel in the quarantine. Each is authorized, guarded and audited.
 
-//! The pages and the actions. Every action checks, in this order: not read-only, a live session
-//! (its cookie), the form's CSRF token against the session's, the reason when one is required;
-//! then applies the change with the same guards as the CLI and writes it to the audit trail.
+use std::sync::Arc;
 
-use crate::console::App;
-use crate::console::auth::Session;
-use crate::console::view::link;
 use askama::Template;
 use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, post};
 use event_sqlx::{NewAuditEntry, QuarantineStatus};
 use serde::Deserialize;
 
-use super::SearchParams;
-use super::{BULK_MAX, Chrome, Fail, Shared, chrome, given, render, session};
+use crate::console::App;
+use crate::console::auth::Session;
+use crate::console::view::link;
+
+use super::{BULK_MAX, Chrome, Fail, SearchParams, Shared, chrome, given, render, session};
 
 // ---------------------------------------------------------------------------------------------
 // Actions
@@ -168,7 +167,7 @@ pub(super) fn event_no(form: &EventAction) -> Result<String, Fail> {
 
 /// The actions on one event of the outbox or the message table.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum EventVerb {
+pub(crate) enum EventVerb {
     OutboxRetry,
     OutboxCancel,
     MessageRetry,
@@ -247,36 +246,14 @@ pub(super) async fn act_on_event(
     .await
 }
 
-pub(crate) async fn outbox_retry(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    act_on_event(&app, &headers, form, EventVerb::OutboxRetry).await
-}
-
-pub(crate) async fn outbox_cancel(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    act_on_event(&app, &headers, form, EventVerb::OutboxCancel).await
-}
-
-pub(crate) async fn message_retry(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    act_on_event(&app, &headers, form, EventVerb::MessageRetry).await
-}
-
-pub(crate) async fn message_cancel(
-    State(app): Shared,
-    headers: HeaderMap,
-    Form(form): Form<EventAction>,
-) -> Result<Response, Fail> {
-    act_on_event(&app, &headers, form, EventVerb::MessageCancel).await
+/// The route of the action `verb` on one event: a form post, authorized, guarded and audited
+/// by [`act_on_event`].
+pub(crate) fn event_action(verb: EventVerb) -> MethodRouter<Arc<App>> {
+    post(
+        move |State(app): Shared, headers: HeaderMap, Form(form): Form<EventAction>| async move {
+            act_on_event(&app, &headers, form, verb).await
+        },
+    )
 }
 
 #[derive(Deserialize)]

@@ -1,10 +1,5 @@
 //! The quarantine, the message table and the audit trail.
 
-//! The pages and the actions. Every action checks, in this order: not read-only, a live session
-//! (its cookie), the form's CSRF token against the session's, the reason when one is required;
-//! then applies the change with the same guards as the CLI and writes it to the audit trail.
-
-use crate::console::view::{self, When, link};
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -12,6 +7,8 @@ use axum::response::Response;
 use chrono::{DateTime, TimeDelta, Utc};
 use event_sqlx::{EventStatus, FailureClass, MessageRecord, QuarantineStatus, StatusCounts};
 use serde::Deserialize;
+
+use crate::console::view::{self, When, link};
 
 use super::{Chrome, Fail, PAGE, Shared, WINDOW_MINUTES, chrome, given, render};
 use super::{EntryView, QuarantineCountView};

@@ -1,8 +1,6 @@
 //! Signing in and out.
 
-//! The pages and the actions. Every action checks, in this order: not read-only, a live session
-//! (its cookie), the form's CSRF token against the session's, the reason when one is required;
-//! then applies the change with the same guards as the CLI and writes it to the audit trail.
+use std::net::SocketAddr;
 
 use askama::Template;
 use axum::Form;
@@ -10,7 +8,6 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use std::net::SocketAddr;
 
 use super::csrf_refused;
 use super::{COOKIE, Chrome, Fail, Shared, chrome, render, session_id};

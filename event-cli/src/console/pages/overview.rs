@@ -1,16 +1,13 @@
 //! The overview: counts by state, the chart of the last hour, leases, failures and quarantine.
 
-//! The pages and the actions. Every action checks, in this order: not read-only, a live session
-//! (its cookie), the form's CSRF token against the session's, the reason when one is required;
-//! then applies the change with the same guards as the CLI and writes it to the audit trail.
-
-use crate::console::view::{self, Chart, When, link};
 use askama::Template;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use chrono::{TimeDelta, Utc};
 use event_sqlx::{GroupCount, QuarantineCount, QuarantineStatus, StatusCounts};
+
+use crate::console::view::{self, Chart, When, link};
 
 use super::{Chrome, Fail, Shared, WINDOW_MINUTES, chrome, render};
 

@@ -1,11 +1,5 @@
 //! Searching the outbox, and one aggregate's events in order.
 
-//! The pages and the actions. Every action checks, in this order: not read-only, a live session
-//! (its cookie), the form's CSRF token against the session's, the reason when one is required;
-//! then applies the change with the same guards as the CLI and writes it to the audit trail.
-
-use crate::console::store::Search;
-use crate::console::view::{self, Row, link};
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -13,6 +7,9 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use event_sqlx::EventStatus;
 use serde::Deserialize;
+
+use crate::console::store::Search;
+use crate::console::view::{self, Row, link};
 
 use super::{Chrome, Fail, PAGE, Shared, chrome, given, render};
 

@@ -1,9 +1,5 @@
 //! Arrays: items, prefix items, additional and unevaluated items, and their bounds.
 
-//! Compares two schema graphs, rule by rule, the way Confluent Schema Registry's JSON-schema diff
-//! does: the changes that a reader on the new schema sees when it reads data written with the old
-//! one.
-
 use crate::schema::model::{ArrayNode, Graph, Kind, NodeId};
 use crate::schema::rule::Rule;
 

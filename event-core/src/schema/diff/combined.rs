@@ -1,13 +1,10 @@
 //! `allOf`, `anyOf`, `oneOf` and `not`: how the subschemas of two combined schemas are paired,
 //! by tag when a union is tagged, and what a schema that gains or loses a combiner changes.
 
-//! Compares two schema graphs, rule by rule, the way Confluent Schema Registry's JSON-schema diff
-//! does: the changes that a reader on the new schema sees when it reads data written with the old
-//! one.
+use std::collections::{HashMap, HashSet};
 
 use crate::schema::model::{Criterion, Graph, Kind, NodeId};
 use crate::schema::rule::Rule;
-use std::collections::{HashMap, HashSet};
 
 use super::{Change, Comparer, Ctx};
 

@@ -1,9 +1,5 @@
 //! Objects: properties added, removed and renamed, required, additional and unevaluated properties.
 
-//! Compares two schema graphs, rule by rule, the way Confluent Schema Registry's JSON-schema diff
-//! does: the changes that a reader on the new schema sees when it reads data written with the old
-//! one.
-
 use crate::schema::model::{Graph, Kind, NodeId, ObjectNode};
 use crate::schema::rule::Rule;
 

@@ -1,9 +1,5 @@
 //! Strings and numbers: their bounds, patterns, formats and multiples.
 
-//! Compares two schema graphs, rule by rule, the way Confluent Schema Registry's JSON-schema diff
-//! does: the changes that a reader on the new schema sees when it reads data written with the old
-//! one.
-
 use crate::schema::model::{NumberNode, StringNode};
 use crate::schema::rule::Rule;
 

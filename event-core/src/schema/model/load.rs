@@ -1,14 +1,11 @@
 //! Loading a schema document into a [`Graph`]: references resolved, keywords read per kind,
 //! canonical value sets for enums and constants.
 
-//! A JSON schema read into a graph of typed nodes, the way a validator sees it: each keyword group
-//! (`type`, `enum`, `const`, `not`, `allOf`/`anyOf`/`oneOf`) becomes a node, several groups on one
-//! schema combine as an `allOf`, a `type` array becomes an `anyOf`, and `$ref` points at the node
-//! of its target, so a recursive schema is a cycle in the graph, not an infinite tree.
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
 
 use crate::schema::{MAX_DEPTH, SchemaError};
-use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
 
 use super::{ArrayNode, Common, Criterion, Kind, Node, NodeId, NumberNode, ObjectNode, StringNode};
 

@@ -1,19 +1,10 @@
 //! [`Backend`]: binding values, running statements and reading columns with each database's
 //! concrete sqlx types, through one macro, `impl_backend!`, expanded once per database.
 
-//! The three databases: what differs between PostgreSQL, MySQL/MariaDB and SQLite, all here.
-//!
-//! The statements in the sibling modules are written once, as plain generic Rust over
-//! [`Backend`]. What they cannot write generically lives in this module:
-//! - [`Dialect`] says which SQL shape a database takes (claims, upserts, limited deletes, how a
-//!   unique key is named in its errors);
-//! - [`Backend`] binds values, runs statements and reads columns with each database's concrete
-//!   sqlx types (ids are `BIGINT UNSIGNED` on MySQL, statuses `SMALLINT` on PostgreSQL), through
-//!   one short macro, [`impl_backend!`], expanded once per database.
+use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Pool, QueryBuilder};
-use std::future::Future;
 
 use super::{Dialect, Sql, Value};
 

@@ -1,9 +1,6 @@
 //! The flush: multi-row and one-row inserts, the one-trip script, the stored-before check and
 //! the error a sequence conflict becomes.
 
-//! The statements of the outbox table (`biz_outbox_event`): the flush, the relay's claim and
-//! marks, and the seed's queries.
-
 use crate::row::outbox::NewOutboxRow;
 use crate::sql::PENDING;
 use crate::sql::dialect::{Backend, Columns, Dialect, Sql, Value};

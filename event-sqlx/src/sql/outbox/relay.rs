@@ -1,16 +1,14 @@
 //! The relay's statements: the claim with its per-aggregate check, the marks after a publish,
 //! lease renewal and recovery.
 
-//! The statements of the outbox table (`biz_outbox_event`): the flush, the relay's claim and
-//! marks, and the seed's queries.
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
 
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::{Backend, Columns, Sql};
 use crate::sql::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
 use crate::status::EventStatus::{Failed, InProgress, Pending};
 use crate::table::TableName;
-use chrono::{DateTime, Utc};
-use sqlx::Pool;
 
 use super::{COLUMNS, decode_all};
 
