@@ -67,13 +67,17 @@ pub(crate) async fn database() -> Result<(SqlitePool, Outbox<Sqlite>), Box<dyn s
         .await?;
     let outbox = Outbox::new(pool.clone(), OutboxConfig::new());
     outbox.migrate().await?;
+    sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
+        .execute(&pool)
+        .await?;
     sqlx::query("CREATE TABLE bill (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
         .execute(&pool)
         .await?;
     Ok((pool, outbox))
 }
 
-/// `count` orders, each placed and paid in one command: its events commit in one transaction.
+/// `count` orders, each placed and paid in one command: the order's row and its events commit in
+/// one transaction.
 /// A run tags its orders with `run`, so that events left on a broker by an earlier run are
 /// other orders, not the same ones again.
 pub(crate) async fn place_orders(
@@ -83,10 +87,17 @@ pub(crate) async fn place_orders(
     count: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     for i in 1..=count {
-        let mut order = Order::place_and_pay(&format!("{run}-o-{i}"), 1000 * i as i64)?;
+        let (id, amount) = (format!("{run}-o-{i}"), 1000 * i as i64);
+        let mut order = Order::place_and_pay(&id, amount)?;
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         uow.collect(&mut order)?;
-        outbox.commit(pool.begin().await?, uow).await?;
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO orders (id, amount_minor) VALUES (?, ?)")
+            .bind(&id)
+            .bind(amount)
+            .execute(&mut *tx)
+            .await?;
+        outbox.commit(tx, uow).await?;
     }
     Ok(())
 }
