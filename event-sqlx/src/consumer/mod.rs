@@ -189,7 +189,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
     /// The same consumer with its handlers boxed: a [`BoxConsumer<DB>`], a type that a field,
     /// a function's return type or a `tokio::spawn`ed task can hold. Each handler must be an
     /// `async fn` (or an async closure that captures nothing) whose future is `Send`
-    /// ([`SendHandler`]); a dispatch then costs one allocation.
+    /// ([`SendHandler`](crate::SendHandler)); a dispatch then costs one allocation.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] mod demo {

@@ -1,0 +1,319 @@
+//! Consuming from RabbitMQ: a durable queue bound to the exchange, manual acks after the inbox
+//! transaction, prefetch, and early messages held back.
+
+use lapin::Channel;
+use lapin::types::{FieldTable, ShortString};
+
+use crate::consumer::Consumer;
+use crate::error::Error;
+use crate::route::Routes;
+use crate::sql::dialect::Backend;
+
+use super::RabbitMqPublisher;
+
+/// Unacknowledged deliveries a subscription holds at most.
+pub(super) const PREFETCH: u16 = 1000;
+
+/// A durable RabbitMQ queue feeding a [`Consumer`](crate::Consumer), with manual acks: each
+/// message is acknowledged only after it was processed (applied and committed, a duplicate,
+/// ignored, or quarantined). A message whose processing stopped the consumer is requeued.
+///
+/// The subscription starts consuming at its first drain and keeps consuming until it is
+/// dropped, so no delivery waits between two drains.
+#[derive(Debug)]
+pub struct RabbitMqSubscription {
+    channel: Channel,
+    queue: String,
+    batch: usize,
+    deliveries: tokio::sync::Mutex<Intake>,
+}
+
+/// What a subscription receives from: the broker's consumer, once started, and the deliveries
+/// held back because they arrived before their aggregate's previous sequence was applied.
+#[derive(Debug, Default)]
+pub(super) struct Intake {
+    consumer: Option<lapin::Consumer>,
+    held: Vec<lapin::message::Delivery>,
+}
+
+impl RabbitMqSubscription {
+    /// [`RabbitMqSubscription::bind`] on a connection of its own to `url`
+    /// (`amqp://user:pass@host:port/vhost`): for a service that only consumes. The exchange
+    /// must exist (the relay's side declares it).
+    pub async fn connect(
+        url: &str,
+        exchange: &str,
+        queue: &str,
+        binding_key: &str,
+    ) -> Result<RabbitMqSubscription, Error> {
+        let connection = RabbitMqPublisher::connect(url).await?;
+        Self::bind(&connection, exchange, queue, binding_key).await
+    }
+
+    /// Declares the durable queue `queue`, binds it to `exchange` with `binding_key` (e.g.
+    /// `order.*`), and takes up to 100 unacknowledged messages at a time. It shares the
+    /// connection of `publisher`; [`RabbitMqSubscription::connect`] opens one of its own.
+    pub async fn bind(
+        publisher: &RabbitMqPublisher,
+        exchange: &str,
+        queue: &str,
+        binding_key: &str,
+    ) -> Result<RabbitMqSubscription, Error> {
+        use lapin::options::{BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
+        let fail = |what: &str, e: lapin::Error| {
+            Error::broker("RabbitMQ", &publisher.address, format!("{what} {queue}"), e)
+        };
+        let connection = publisher.connection().await.map_err(|e| {
+            Error::broker(
+                "RabbitMQ",
+                &publisher.address,
+                format!("cannot open a channel for {queue}"),
+                e,
+            )
+        })?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| fail("cannot open a channel for", e))?;
+        channel
+            .queue_declare(
+                ShortString::from(queue),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| fail("cannot declare", e))?;
+        channel
+            .queue_bind(
+                ShortString::from(queue),
+                ShortString::from(exchange),
+                ShortString::from(binding_key),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| fail("cannot bind", e))?;
+        channel
+            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .await
+            .map_err(|e| fail("cannot set the prefetch of", e))?;
+        Ok(RabbitMqSubscription {
+            channel,
+            queue: queue.to_owned(),
+            batch: 1,
+            deliveries: tokio::sync::Mutex::new(Intake::default()),
+        })
+    }
+
+    /// Applies up to `size` messages in one database transaction (see
+    /// [`Consumer::receive_batch`](crate::Consumer::receive_batch)) and acknowledges them with
+    /// one multiple ack: the deliveries already prefetched are taken at once, up to `size`,
+    /// without waiting for a batch to fill. 1, the default, is one transaction per message.
+    /// At most the prefetch (1000) is used: a size out of range is clamped, with a warning.
+    pub fn batch(mut self, size: usize) -> RabbitMqSubscription {
+        self.batch = crate::brokers::batch_size("RabbitMQ", size, PREFETCH as usize);
+        self
+    }
+
+    /// Processes messages until `shutdown` completes (the message in hand is finished first),
+    /// and reports what it did. While the database is unavailable it pauses (250 ms, doubling up to
+    /// 5 s) and goes on; a consumer that must stop (a bug, a broker failure) returns the error.
+    pub async fn run<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<crate::brokers::ConsumeReport, Error> {
+        crate::brokers::run_until(self, consumer, shutdown).await
+    }
+
+    /// Processes messages until none arrives for `idle`, and reports what it did.
+    ///
+    /// A delivery that arrives before its aggregate's previous sequence was applied
+    /// ([`Processed::Early`](crate::Processed::Early)) is held, unacknowledged, and tried again
+    /// after the next batch and every quarter second, while the others go on (RabbitMQ has no
+    /// delayed requeue). Held deliveries count against the prefetch.
+    pub async fn drain<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<crate::brokers::ConsumeReport, Error> {
+        use futures_util::{FutureExt, StreamExt};
+        use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+        let stopped = |e: lapin::Error| Error::stopped(consumer.name(), "RabbitMQ failed", e);
+        let mut guard = self.deliveries.lock().await;
+        let intake = &mut *guard;
+        if intake.consumer.is_none() {
+            let tag = format!("{}-{}", consumer.name(), std::process::id());
+            intake.consumer = Some(
+                self.channel
+                    .basic_consume(
+                        ShortString::from(self.queue.as_str()),
+                        ShortString::from(tag.as_str()),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(&stopped)?,
+            );
+        }
+        let Intake {
+            consumer: Some(deliveries),
+            held,
+        } = intake
+        else {
+            unreachable!("the consumer was just started")
+        };
+        let mut report = crate::brokers::ConsumeReport::default();
+        let mut quiet = std::time::Duration::ZERO;
+        loop {
+            let wait = if held.is_empty() {
+                idle
+            } else {
+                crate::brokers::EARLY_RETRY.min(idle)
+            };
+            let mut batch = match tokio::time::timeout(wait, deliveries.next()).await {
+                Err(_) => {
+                    quiet += wait;
+                    if !held.is_empty() {
+                        self.retry_held(consumer, held, &mut report).await?;
+                    }
+                    if quiet >= idle {
+                        return Ok(report);
+                    }
+                    continue;
+                }
+                Ok(None) => {
+                    intake.consumer = None;
+                    return Err(Error::stopped(
+                        consumer.name(),
+                        "RabbitMQ failed",
+                        format!("the broker cancelled the consumer of queue {}", self.queue),
+                    ));
+                }
+                Ok(Some(delivery)) => vec![delivery.map_err(&stopped)?],
+            };
+            quiet = std::time::Duration::ZERO;
+            while batch.len() < self.batch {
+                match deliveries.next().now_or_never() {
+                    Some(Some(delivery)) => batch.push(delivery.map_err(&stopped)?),
+                    _ => break,
+                }
+            }
+            let early = self.process(consumer, &batch, held, &mut report).await?;
+            if held.is_empty() && !early.iter().any(|e| *e) {
+                // One ack for the batch: every earlier delivery of this channel is acked.
+                if let Some(last) = batch.last() {
+                    last.ack(BasicAckOptions { multiple: true })
+                        .await
+                        .map_err(&stopped)?;
+                }
+                continue;
+            }
+            // Some are held: the others are acked one by one.
+            let had_held = !held.is_empty();
+            hold_or_ack(consumer, batch, early, held).await?;
+            if had_held {
+                // The batch may have applied what they waited for.
+                self.retry_held(consumer, held, &mut report).await?;
+            }
+        }
+    }
+
+    /// Processes `batch`, and on `Err` gives back every unacknowledged delivery of the
+    /// channel up to the batch's last, the held ones included.
+    async fn process<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        batch: &[lapin::message::Delivery],
+        held: &mut Vec<lapin::message::Delivery>,
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<Vec<bool>, Error> {
+        use lapin::options::BasicNackOptions;
+        let processed = crate::brokers::receive_batch(
+            consumer,
+            batch,
+            |d| &d.data,
+            |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
+            report,
+        )
+        .await;
+        if processed.is_err() {
+            let last = batch
+                .iter()
+                .chain(held.iter())
+                .max_by_key(|d| d.delivery_tag);
+            if let Some(last) = last {
+                let _ = last
+                    .nack(BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    })
+                    .await;
+            }
+            held.clear();
+        }
+        processed
+    }
+
+    /// Tries the held deliveries again: acks those that went through, keeps those still early.
+    async fn retry_held<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        held: &mut Vec<lapin::message::Delivery>,
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
+        let batch = std::mem::take(held);
+        let early = self.process(consumer, &batch, held, report).await?;
+        hold_or_ack(consumer, batch, early, held).await
+    }
+}
+
+/// Holds the deliveries that came early and acks the others, one by one: a multiple ack would
+/// take the held ones with it.
+async fn hold_or_ack<DB: Backend, R: Routes<DB>>(
+    consumer: &Consumer<DB, R>,
+    batch: Vec<lapin::message::Delivery>,
+    early: Vec<bool>,
+    held: &mut Vec<lapin::message::Delivery>,
+) -> Result<(), Error> {
+    use lapin::options::BasicAckOptions;
+    for (delivery, early) in batch.into_iter().zip(early) {
+        if early {
+            held.push(delivery);
+        } else {
+            delivery
+                .ack(BasicAckOptions::default())
+                .await
+                .map_err(|e| Error::stopped(consumer.name(), "RabbitMQ failed", e))?;
+        }
+    }
+    Ok(())
+}
+
+impl crate::brokers::Drain for RabbitMqSubscription {
+    async fn drain_once<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<crate::brokers::ConsumeReport, Error> {
+        self.drain(consumer, idle).await
+    }
+}
+
+impl Drop for RabbitMqSubscription {
+    /// Closes the subscription's channel, so that the deliveries it holds unacknowledged go back
+    /// to the queue for another consumer at once.
+    fn drop(&mut self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let channel = self.channel.clone();
+            runtime.spawn(async move {
+                let _ = channel
+                    .close(200, ShortString::from("subscription dropped"))
+                    .await;
+            });
+        }
+    }
+}
