@@ -146,7 +146,7 @@ async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {
         uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
@@ -233,7 +233,7 @@ async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
             }
             let mut uow = UnitOfWork::new(EventContext::new("order-service"));
             uow.collect(order).unwrap();
-            outbox
+            let _ = outbox
                 .commit(db.pool().begin().await.unwrap(), uow)
                 .await
                 .unwrap();

@@ -110,7 +110,7 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
         order.pay(100).unwrap();
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         uow.collect(&mut order).unwrap();
-        outbox
+        let _ = outbox
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();

@@ -48,7 +48,7 @@ async fn place(
         uow.collect(&mut Order::place(&format!("{prefix}{i}"), 1).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -83,7 +83,7 @@ async fn events_published_across_a_broker_outage_arrive_once() {
         uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

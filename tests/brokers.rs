@@ -32,7 +32,7 @@ async fn outbox_with(db: &TestDb<sqlx::Sqlite>, topic: &str, count: usize) -> Ou
         uow.collect(&mut Order::place(&format!("o-{i}"), i as i64).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -667,7 +667,7 @@ async fn postgres_commit_with_the_events_in_one_trip() {
         OutboxConfig::new().commit_path(CommitPath::Bound),
     );
     let bound_id = format!("{hostile_id}-bound");
-    bound
+    let _ = bound
         .commit(
             pool.begin().await.unwrap(),
             placed_with_note(&bound_id, hostile_text),
@@ -725,7 +725,7 @@ async fn postgres_commit_with_the_events_in_one_trip() {
     let mut order = Order::place("o-auto-after", 8).unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
-    auto.commit(pool.begin().await.unwrap(), uow).await.unwrap();
+    let _ = auto.commit(pool.begin().await.unwrap(), uow).await.unwrap();
     assert_eq!(auto.commit_path(), chosen);
 
     // A NUL, which no PostgreSQL text holds: an error, and nothing committed.

@@ -68,7 +68,7 @@ async fn publish_all(broker: &str, topic: &str, db: &TestDb<Postgres>) -> Option
         uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -61,7 +61,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
         order.pay(100 + i).unwrap();
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         uow.collect(&mut order).unwrap();
-        outbox
+        let _ = outbox
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();
@@ -185,7 +185,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
     refused.pay(999).unwrap();
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
     uow.collect(&mut refused).unwrap();
-    outbox
+    let _ = outbox
         .commit(pool.begin().await.unwrap(), uow)
         .await
         .unwrap();

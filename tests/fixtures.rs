@@ -22,7 +22,7 @@ pub async fn place<DB: Orders>(db: &TestDb<DB>, id: &str, paid: bool) {
         .unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
-    db.outbox.commit(tx, uow).await.unwrap();
+    let _ = db.outbox.commit(tx, uow).await.unwrap();
 }
 
 /// An order was placed. No template: the unit of work assigns the event number.

@@ -78,7 +78,8 @@ async fn the_lean_profile_keeps_five_indexes_on_the_insert_and_switches_back() {
         uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
             .unwrap();
     }
-    lean.commit(db.pool().begin().await.unwrap(), uow)
+    let _ = lean
+        .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
     assert_eq!(lean.health().await.unwrap().pending, 30);

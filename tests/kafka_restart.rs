@@ -77,7 +77,7 @@ async fn commit_orders(outbox: &Outbox<sqlx::Postgres>, from: usize, to: usize) 
         uow.collect(&mut Order::place(&format!("o-{i}"), i as i64).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(outbox.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

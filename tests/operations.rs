@@ -23,7 +23,8 @@ async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
         order.pay(100).unwrap();
         uow.collect(&mut order).unwrap();
     }
-    db.outbox
+    let _ = db
+        .outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

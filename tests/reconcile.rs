@@ -28,7 +28,8 @@ async fn reconciliation_finds_what_was_withheld<DB: Orders>(db: &TestDb<DB>) {
         uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
             .unwrap();
     }
-    db.outbox
+    let _ = db
+        .outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -109,7 +109,7 @@ async fn place_many<DB: Orders>(db: &TestDb<DB>, aggregates: usize, events_each:
                 .await
                 .unwrap();
         }
-        db.outbox.commit(tx, uow).await.unwrap();
+        let _ = db.outbox.commit(tx, uow).await.unwrap();
     }
 }
 
@@ -185,7 +185,7 @@ async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db
         .unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut long).unwrap();
-    db.outbox.commit(tx, uow).await.unwrap();
+    let _ = db.outbox.commit(tx, uow).await.unwrap();
 
     let (inner, mut received) = ChannelPublisher::channel(1000);
     let publisher = Selective {
@@ -267,7 +267,7 @@ async fn failures_are_retried_on_schedule_then_stay_failed<DB: Orders>(db: &Test
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
     let tx = db.pool().begin().await.unwrap();
-    outbox.commit(tx, uow).await.unwrap();
+    let _ = outbox.commit(tx, uow).await.unwrap();
 
     let event_no = "ORDER_PLACED:ORDER:o-f:1";
     let (inner, _received) = ChannelPublisher::channel(8);
@@ -815,7 +815,7 @@ async fn postgres_notify_wakes_a_relay_in_another_process() {
     let mut order = Order::place("o-notify", 1).unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
-    writer
+    let _ = writer
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
@@ -898,7 +898,7 @@ async fn postgres_a_woken_relay_publishes_each_aggregates_events_without_polling
         order.pay(1).unwrap();
         uow.collect(&mut order).unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -24,7 +24,8 @@ async fn place_orders<DB: Orders>(db: &TestDb<DB>, prefix: &str, count: usize) {
         uow.collect(&mut Order::place(&format!("{prefix}{i}"), 100).unwrap())
             .unwrap();
     }
-    db.outbox
+    let _ = db
+        .outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

@@ -40,14 +40,14 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
         let mut order = Order::place(&format!("o-{i:02}"), 100).unwrap();
         let mut uow = UnitOfWork::new(context(i));
         uow.collect(&mut order).unwrap();
-        outbox
+        let _ = outbox
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();
         order.pay(100).unwrap();
         let mut uow = UnitOfWork::new(context(i));
         uow.collect(&mut order).unwrap();
-        outbox
+        let _ = outbox
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();
@@ -58,7 +58,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
             .unwrap();
         let mut uow = UnitOfWork::new(context(i));
         uow.collect(&mut order).unwrap();
-        outbox
+        let _ = outbox
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();
@@ -74,7 +74,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
         .unwrap();
     let mut uow = UnitOfWork::new(context(0));
     uow.collect(&mut payment).unwrap();
-    outbox
+    let _ = outbox
         .commit(pool.begin().await.unwrap(), uow)
         .await
         .unwrap();

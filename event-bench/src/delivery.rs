@@ -213,7 +213,7 @@ where
                     let mut uow = UnitOfWork::new(EventContext::new("bench"));
                     uow.collect(&mut order)
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
-                    outbox.commit(outbox.pool().begin().await?, uow).await?;
+                    let _ = outbox.commit(outbox.pool().begin().await?, uow).await?;
                 }
                 Ok::<(), anyhow::Error>(())
             })

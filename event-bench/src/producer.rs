@@ -233,7 +233,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             tx.commit().await?;
                         } else {
                             // What services call.
-                            outbox.commit(tx, uow).await?;
+                            let _ = outbox.commit(tx, uow).await?;
                         }
                     }
                     // The business transaction alone.

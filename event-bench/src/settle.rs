@@ -20,7 +20,7 @@ async fn commit<DB: Backend>(h: &Harness<DB>, events: usize) -> anyhow::Result<(
             let mut order = Order::place(&format!("o-{i}"), 1)?;
             uow.collect(&mut order)?;
         }
-        h.outbox().commit(h.pool().begin().await?, uow).await?;
+        let _ = h.outbox().commit(h.pool().begin().await?, uow).await?;
     }
     Ok(())
 }

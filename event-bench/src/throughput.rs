@@ -338,7 +338,7 @@ async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Res
             )
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        outbox.commit(outbox.pool().begin().await?, uow).await?;
+        let _ = outbox.commit(outbox.pool().begin().await?, uow).await?;
     }
     Ok(())
 }
@@ -486,7 +486,7 @@ async fn commit_one(outbox: &Outbox<Postgres>, i: usize) -> anyhow::Result<()> {
     let mut uow = UnitOfWork::new(EventContext::new("bench"));
     uow.collect(&mut Order::place(&id, i as i64).map_err(|e| anyhow::anyhow!("{e}"))?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    outbox.commit(outbox.pool().begin().await?, uow).await?;
+    let _ = outbox.commit(outbox.pool().begin().await?, uow).await?;
     Ok(())
 }
 
@@ -495,7 +495,7 @@ async fn commit_warm_up(outbox: &Outbox<Postgres>) -> anyhow::Result<()> {
     let mut uow = UnitOfWork::new(EventContext::new("bench"));
     uow.collect(&mut Order::place("warm-up", 0).map_err(|e| anyhow::anyhow!("{e}"))?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    outbox.commit(outbox.pool().begin().await?, uow).await?;
+    let _ = outbox.commit(outbox.pool().begin().await?, uow).await?;
     Ok(())
 }
 

@@ -285,7 +285,7 @@ mod tests {
             outbox: h.outbox().clone(),
         };
         let mut order = Order::place("o-1".into(), 1000).expect("place");
-        orders
+        let _ = orders
             .save(&mut order, h.context("order-service"))
             .await
             .expect("save");

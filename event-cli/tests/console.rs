@@ -278,7 +278,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
     for id in ["o-2", "o-3", "o-4", "o-5", "o-6", "o-7", XSS] {
         uow.collect(&mut Order::place(id, 100).unwrap()).unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
@@ -730,7 +730,8 @@ async fn mysql_pages_answer_and_bad_input_is_named() {
         order.pay(100).unwrap();
         uow.collect(&mut order).unwrap();
     }
-    db.outbox
+    let _ = db
+        .outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

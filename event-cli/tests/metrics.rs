@@ -114,7 +114,7 @@ async fn metrics_move_as_events_are_committed_and_relayed() {
         let mut order = Order::place(&format!("o-{i}"), 1).unwrap();
         uow.collect(&mut order).unwrap();
     }
-    producer.commit(tx, uow).await.unwrap();
+    let _ = producer.commit(tx, uow).await.unwrap();
 
     // The relay samples the backlog while it publishes (10 a second), then publishes them all.
     let mut oldest_seen = 0.0_f64;

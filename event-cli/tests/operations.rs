@@ -47,7 +47,8 @@ async fn place_orders(db: &TestDb<sqlx::Sqlite>, count: usize) {
         uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
             .unwrap();
     }
-    db.outbox
+    let _ = db
+        .outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
@@ -262,7 +263,7 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
         uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
             .unwrap();
     }
-    outbox
+    let _ = outbox
         .commit(db.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();

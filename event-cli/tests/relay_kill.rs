@@ -35,7 +35,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
             .unwrap();
         uow.collect(&mut order).unwrap();
     }
-    db.outbox.commit(tx, uow).await.unwrap();
+    let _ = db.outbox.commit(tx, uow).await.unwrap();
 
     let file = std::env::temp_dir().join(format!(
         "relay-kill-{}-{}.jsonl",

@@ -118,7 +118,7 @@ pub enum Error {
     Migrate(#[source] sqlx::migrate::MigrateError),
     /// A stored row could not be read back.
     #[error(transparent)]
-    Record(#[from] RecordError),
+    UnreadableRow(#[from] UnreadableRow),
     /// An event could not be recorded on its aggregate or in its unit of work
     /// (`Aggregate::record`, `UnitOfWork::collect`): the message names the mistake.
     #[error(transparent)]
@@ -336,7 +336,7 @@ impl std::fmt::Display for Chain<'_> {
 #[error(
     "outbox row {id} ({event_no}) has {problem}: repair the row, or cancel it with `eventctl outbox cancel {event_no}`"
 )]
-pub struct RecordError {
+pub struct UnreadableRow {
     pub(crate) id: i64,
     pub(crate) event_no: String,
     pub(crate) problem: String,

@@ -37,7 +37,15 @@ mod worker;
 mod brokers;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{BoxError, Error, HandlerError, RecordError};
+pub use error::{BoxError, Error, HandlerError, UnreadableRow};
+
+/// The old name of [`UnreadableRow`], which `event_core::RecordError` (recording an event on an
+/// aggregate) made ambiguous.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `UnreadableRow`: a stored row that cannot be read back"
+)]
+pub type RecordError = UnreadableRow;
 pub use status::{EventStatus, FailureClass, FailureClassError, QuarantineStatus, StatusError};
 pub use table::{TableName, TableNameError};
 

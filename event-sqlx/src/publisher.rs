@@ -9,7 +9,7 @@ use event_core::EventEnvelope;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::error::{BoxError, RecordError};
+use crate::error::{BoxError, UnreadableRow};
 use crate::row::outbox::OutboxRecord;
 
 /// An event on its way to a broker: the envelope and where it goes.
@@ -34,7 +34,7 @@ pub struct OutboxMessage {
 
 impl OutboxMessage {
     /// The message for a stored row.
-    pub fn from_record(record: &OutboxRecord) -> Result<OutboxMessage, RecordError> {
+    pub fn from_record(record: &OutboxRecord) -> Result<OutboxMessage, UnreadableRow> {
         Ok(OutboxMessage {
             envelope: record.envelope()?,
             channel: record.publish_channel.clone(),

@@ -76,7 +76,7 @@ async fn place_orders<DB: Backend>(h: &Harness<DB>, from: usize, n: usize) {
         uow.collect(&mut order).unwrap();
     }
     let tx = h.pool().begin().await.unwrap();
-    h.outbox().commit(tx, uow).await.unwrap();
+    let _ = h.outbox().commit(tx, uow).await.unwrap();
 }
 
 /// Records `event` on `aggregate` and flushes it in the handler's transaction: a cascade.

@@ -53,7 +53,7 @@ async fn the_stored_row_and_the_published_message_match_their_snapshots() {
     let mut uow = UnitOfWork::new(context);
     uow.collect(&mut order).unwrap();
     let tx = h.pool().begin().await.unwrap();
-    h.outbox().commit(tx, uow).await.unwrap();
+    let _ = h.outbox().commit(tx, uow).await.unwrap();
 
     let stored = h
         .outbox()

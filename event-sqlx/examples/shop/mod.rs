@@ -97,7 +97,9 @@ pub(crate) async fn place_orders(
             .bind(amount)
             .execute(&mut *tx)
             .await?;
-        outbox.commit(tx, uow).await?;
+        if outbox.commit(tx, uow).await?.already_applied() {
+            println!("{id} was placed before: nothing committed");
+        }
     }
     Ok(())
 }

@@ -408,6 +408,7 @@ impl<DB: Backend> Outbox<DB> {
 
 /// What [`Outbox::commit`] did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[must_use = "`Commit::AlreadyApplied` means the caller's state was not committed either: answer the command as a repeat"]
 pub enum Commit {
     /// The caller's state and the events committed together.
     Committed(FlushReport),

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use event_core::{EventEnvelope, EventHeaders, EventNo};
 use serde_json::Value;
 
-use crate::error::RecordError;
+use crate::error::UnreadableRow;
 use crate::status::EventStatus;
 
 /// One row of `biz_outbox_event`, every column.
@@ -68,8 +68,8 @@ pub struct OutboxRecord {
 
 impl OutboxRecord {
     /// The envelope the row stores.
-    pub fn envelope(&self) -> Result<EventEnvelope, RecordError> {
-        let fail = |problem: String| RecordError {
+    pub fn envelope(&self) -> Result<EventEnvelope, UnreadableRow> {
+        let fail = |problem: String| UnreadableRow {
             id: self.id,
             event_no: self.event_no.clone(),
             problem,

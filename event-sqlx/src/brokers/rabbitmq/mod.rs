@@ -185,9 +185,7 @@ fn close_in_background(connection: std::sync::Arc<Connection>) {
 }
 
 /// Opens a connection within [`CONNECT_TIMEOUT`].
-async fn open_connection(
-    address: &str,
-) -> Result<Connection, (&'static str, lapin::Error)> {
+async fn open_connection(address: &str) -> Result<Connection, (&'static str, lapin::Error)> {
     match tokio::time::timeout(
         CONNECT_TIMEOUT,
         Connection::connect(address, ConnectionProperties::default()),
