@@ -14,6 +14,7 @@ mod output;
 mod publish;
 mod quarantine;
 mod reconcile;
+mod relay;
 mod schema;
 
 use std::path::PathBuf;
@@ -36,7 +37,7 @@ enum Command {
     /// Create the event tables (biz_outbox_event, biz_message_event, consumed_event).
     Migrate(ops::MigrateArgs),
     /// Publish committed outbox events until stopped (Ctrl-C or SIGTERM finish the batch in flight).
-    Relay(ops::RelayArgs),
+    Relay(relay::RelayArgs),
     /// Inspect and repair the outbox.
     #[command(subcommand)]
     Outbox(ops::OutboxCommand),
@@ -111,7 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Migrate(args) => ops::migrate(&args).await,
-        Command::Relay(args) => ops::relay(args).await,
+        Command::Relay(args) => relay::relay(args).await,
         Command::Outbox(command) => ops::outbox(command).await,
         Command::Messages(command) => messages::run(command).await,
         Command::Archive(command) => ops::archive(command).await,

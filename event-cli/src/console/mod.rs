@@ -137,7 +137,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<ExitCode> {
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(crate::ops::shutdown_signal())
+    .with_graceful_shutdown(crate::relay::shutdown_signal())
     .await
     .context("the console's server failed")?;
     Ok(ExitCode::SUCCESS)
