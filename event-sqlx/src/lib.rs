@@ -71,11 +71,9 @@ pub use publisher::{ChannelPublisher, JsonLinesPublisher, OutboxMessage, Publish
 pub use quarantine::{Quarantine, QuarantineCount};
 pub use reconcile::{Reconcile, ReconcileReport, ReconcileTotals, ReconciledEvent};
 
-pub use consumer::{Consumer, Processed, Received};
+pub use consumer::{BoxConsumer, Consumer, Processed, Received};
 pub use relay::{BatchReport, Relay};
-pub use route::{
-    BoxConsumer, BoxRoutes, Delivered, SendBatchHandler, SendHandler, SendRoutes, UnknownEvents,
-};
+pub use route::{BoxRoutes, Delivered, SendBatchHandler, SendHandler, SendRoutes, UnknownEvents};
 #[doc(hidden)]
 pub use route::{NoRoutes, On, OnBatch, Routes};
 pub use worker::{MessageWorker, WorkerReport};

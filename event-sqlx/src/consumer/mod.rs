@@ -10,7 +10,7 @@ use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
 use crate::inbox::Inbox;
 use crate::route::{
-    BoxConsumer, BoxRoutes, Delivered, NoRoutes, On, OnBatch, Routes, SendRoutes, UnknownEvents,
+    BoxRoutes, Delivered, NoRoutes, On, OnBatch, Routes, SendRoutes, UnknownEvents,
 };
 use crate::sql::dialect::Backend;
 use crate::table::TableName;
@@ -18,6 +18,10 @@ use crate::table::TableName;
 mod batch;
 mod process;
 mod quarantine;
+
+/// A [`Consumer`] with its handlers boxed: a type to name in a field or a return type, and to
+/// spawn. Built with [`Consumer::boxed`].
+pub type BoxConsumer<DB> = Consumer<DB, BoxRoutes<DB>>;
 
 /// The producer's span id from the envelope's `traceparent`, which the consumer's span
 /// continues: the consume span carries the same trace id, with the producer's span as parent.

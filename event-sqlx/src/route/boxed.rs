@@ -2,7 +2,7 @@
 //!
 //! `.on(handler)` keeps every handler's concrete type, which is what makes dispatch free, and
 //! what a `struct` field or a function's return type cannot spell. [`Consumer::boxed`] puts the
-//! handlers behind a [`BoxRoutes`], so the consumer is a [`BoxConsumer<DB>`]: stored, returned,
+//! handlers behind a [`BoxRoutes`], so the consumer is a `BoxConsumer<DB>`: stored, returned,
 //! and spawned. Boxing asks for what a spawned task needs and an `AsyncFn` bound cannot say: that
 //! each handler's future is `Send`, which [`SendHandler`] and [`SendBatchHandler`] check.
 //!
@@ -17,13 +17,6 @@ use event_core::{DomainEvent, EventEnvelope, Upcasters};
 use super::{Delivered, NoRoutes, On, OnBatch, Routes, decode, decode_all};
 use crate::error::HandlerError;
 use crate::sql::dialect::Backend;
-
-/// A [`Consumer`] with its handlers boxed: a type to name in a field or a return type, and to
-/// spawn. Built with [`Consumer::boxed`].
-///
-/// [`Consumer`]: crate::Consumer
-/// [`Consumer::boxed`]: crate::Consumer::boxed
-pub type BoxConsumer<DB> = crate::Consumer<DB, BoxRoutes<DB>>;
 
 /// A handler of `E` whose future is `Send`: an `async fn(&mut DB::Connection, Delivered<E>)`
 /// item, or an async closure that captures nothing. Implemented for every such function; it is
@@ -271,7 +264,7 @@ impl<DB: Backend, R: SendRoutes<DB>> ErasedRoutes<DB> for R {
     }
 }
 
-/// A consumer's handlers behind one pointer: the routes of a [`BoxConsumer`]. Cloning it
+/// A consumer's handlers behind one pointer: the routes of a `BoxConsumer`. Cloning it
 /// shares the handlers.
 pub struct BoxRoutes<DB: Backend>(Arc<dyn ErasedRoutes<DB>>);
 

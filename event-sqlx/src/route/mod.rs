@@ -10,7 +10,7 @@ use crate::sql::dialect::Backend;
 
 mod boxed;
 
-pub use boxed::{BoxConsumer, BoxRoutes, SendBatchHandler, SendHandler, SendRoutes};
+pub use boxed::{BoxRoutes, SendBatchHandler, SendHandler, SendRoutes};
 
 /// An event as a handler receives it: the payload, decoded as the newest version of `E`
 /// (older versions upcast), and the envelope it came in, with its id, type, version,
