@@ -54,3 +54,22 @@ impl AnySubscription {
         }
     }
 }
+
+/// The durable JetStream consumer `durable` on `stream` for `filter_subject`, on `publisher`'s
+/// connection, with an ack wait (30 s) longer than any test.
+pub async fn durable(
+    publisher: &NatsPublisher,
+    stream: &str,
+    durable: &str,
+    filter_subject: &str,
+) -> JetStreamSubscription {
+    JetStreamSubscription::durable(
+        publisher,
+        stream,
+        durable,
+        filter_subject,
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+}

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{ChannelPublisher, MessageEvent, MessageStore, RelayConfig};
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::{Order, Refusing};
+use event_tests::fixtures::{Order, Refusing, commit_orders};
 
 const ORDERS: usize = 60;
 
@@ -23,17 +22,11 @@ async fn archiving_beside_a_live_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>
 where
     event_sqlx::Relay<DB, Refusing<ChannelPublisher>>: Send + Sync + 'static,
 {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..ORDERS {
-        let mut order = Order::place(&format!("o-{i}"), 1).unwrap();
-        order.pay(1).unwrap();
-        uow.collect(&mut order).unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..ORDERS).map(|i| Order::paid(&format!("o-{i}"), 1)),
+    )
+    .await;
     let events = ORDERS * 2;
     // Three orders' events keep failing: their heads stay failed, their payments pending.
     let (inner, _received) = ChannelPublisher::channel(events * 2);

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, UnitOfWork};
 use event_sqlx::{
-    ConsumeReport, Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher,
-    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher,
-    RabbitMqSubscription, RelayConfig, Route, Routes,
+    ConsumeReport, Consumer, Delivered, HandlerError, KafkaPublisher, KafkaSubscription,
+    NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, RelayConfig,
+    Route, Routes,
 };
+use event_tests::any_broker::durable;
 use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
-use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced};
+use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, commit_orders};
 use event_tests::wait;
 use sqlx::{PgConnection, Postgres};
 
@@ -32,16 +33,9 @@ async fn connect(
                 .ensure_stream(&stream, vec![format!("{topic}.>")])
                 .await
                 .unwrap();
-            let subscription = JetStreamSubscription::durable(
-                &publisher,
-                &stream,
-                "billing",
-                &format!("{topic}.>"),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap()
-            .batch(batch);
+            let subscription = durable(&publisher, &stream, "billing", &format!("{topic}.>"))
+                .await
+                .batch(batch);
             Some((
                 AnyPublisher::Nats(publisher),
                 AnySubscription::Nats(subscription),
@@ -79,11 +73,7 @@ async fn connect(
 
 /// An outbox routing every order event to `topic` / `order.<kind>`.
 fn outbox(db: &TestDb<Postgres>, topic: &str) -> Outbox<Postgres> {
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.into()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(topic).routing_key(key);
     Outbox::new(
         db.pool().clone(),
         OutboxConfig::new()
@@ -141,15 +131,11 @@ async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {
     let db = TestDb::postgres().await.unwrap();
     sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
     let outbox = outbox(&db, &topic);
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..50 {
-        uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &outbox,
+        (0..50).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),
+    )
+    .await;
     // Everything is in the broker before the consumer starts: it takes full batches.
     let published = outbox
         .relay(publisher, RelayConfig::new("relay").batch_size(50))

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     BoxConsumer, ConsumeReport, Consumer, Delivered, Error, HandlerError, JetStreamSubscription,
     NatsPublisher, Outbox, OutboxConfig, RelayConfig, Route,
 };
+use event_tests::any_broker::durable;
 use event_tests::db::{TestDb, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, OrderPaid, OrderPlaced};
+use event_tests::fixtures::{Order, OrderPaid, OrderPlaced, commit_orders};
 use event_tests::wait;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
@@ -94,11 +94,7 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
         .ensure_stream(&stream, vec![format!("{topic}.>")])
         .await
         .unwrap();
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.clone()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(topic.clone()).routing_key(key);
     let outbox = Outbox::new(
         pool.clone(),
         OutboxConfig::new()
@@ -106,14 +102,7 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
             .route("ORDER_PAID", route("order.paid")),
     );
     for i in 0..ORDERS {
-        let mut order = Order::place(&format!("o-{i:02}"), 100).unwrap();
-        order.pay(100).unwrap();
-        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-        uow.collect(&mut order).unwrap();
-        let _ = outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
+        commit_orders(&outbox, [Order::paid(&format!("o-{i:02}"), 100)]).await;
     }
     let relayed = outbox
         .relay(publisher.clone(), RelayConfig::new("relay-1"))
@@ -128,16 +117,9 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
     assert_eq!(handled, ["ORDER_PAID", "ORDER_PLACED"]);
     let service = Billing {
         consumer,
-        subscription: JetStreamSubscription::durable(
-            &publisher,
-            &stream,
-            "billing",
-            &format!("{topic}.>"),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap()
-        .batch(10),
+        subscription: durable(&publisher, &stream, "billing", &format!("{topic}.>"))
+            .await
+            .batch(10),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = service.spawn(stopped);

@@ -7,13 +7,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher,
     RabbitMqPublisher, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 use event_tests::proxy::{Fault, FaultProxy};
 use event_tests::wait;
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
@@ -25,11 +24,7 @@ const BATCH: usize = 10;
 
 /// An outbox on a fresh SQLite database routing orders to `topic`.
 fn outbox_on(db: &TestDb<sqlx::Sqlite>, topic: &str) -> Outbox<sqlx::Sqlite> {
-    let route = Route {
-        channel: "MQ".into(),
-        topic: Some(topic.into()),
-        routing_key: Some("order.placed".into()),
-    };
+    let route = Route::topic(topic).routing_key("order.placed");
     Outbox::new(
         db.pool().clone(),
         OutboxConfig::new().route("ORDER_PLACED", route),
@@ -37,21 +32,12 @@ fn outbox_on(db: &TestDb<sqlx::Sqlite>, topic: &str) -> Outbox<sqlx::Sqlite> {
 }
 
 /// Places orders `{prefix}0..count`, one event each, in one commit.
-async fn place(
-    db: &TestDb<sqlx::Sqlite>,
-    outbox: &Outbox<sqlx::Sqlite>,
-    prefix: &str,
-    count: usize,
-) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..count {
-        uow.collect(&mut Order::place(&format!("{prefix}{i}"), 1).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+async fn place(outbox: &Outbox<sqlx::Sqlite>, prefix: &str, count: usize) {
+    commit_orders(
+        outbox,
+        (0..count).map(|i| Order::place(&format!("{prefix}{i}"), 1).unwrap()),
+    )
+    .await;
 }
 
 /// `host:port` of a broker URL such as `nats://127.0.0.1:4222` or `amqp://u:p@host:5672/%2f`.
@@ -155,13 +141,12 @@ fn running<P: Publisher + 'static>(
 
 /// A batch published into a blackhole fails, as an outage, within one deadline.
 async fn lost_acks_fail_within_one_deadline<P: Publisher>(
-    db: &TestDb<sqlx::Sqlite>,
     outbox: &Outbox<sqlx::Sqlite>,
     publisher: P,
     proxy: &FaultProxy,
     timeout: Duration,
 ) {
-    place(db, outbox, "o-", BATCH).await;
+    place(outbox, "o-", BATCH).await;
     let relay = outbox.relay(
         publisher,
         RelayConfig::new("blackholed").batch_size(BATCH as u32),
@@ -199,20 +184,19 @@ async fn lost_acks_fail_within_one_deadline<P: Publisher>(
 
 /// A running relay rides out a cut of every connection to the broker.
 async fn a_cut_link_is_ridden_out<P: Publisher + 'static>(
-    db: &TestDb<sqlx::Sqlite>,
     outbox: &Outbox<sqlx::Sqlite>,
     publisher: P,
     proxy: &FaultProxy,
 ) {
     let (stop, task) = running(outbox.relay(publisher, RelayConfig::new("riding").batch_size(10)));
-    place(db, outbox, "before-", 20).await;
+    place(outbox, "before-", 20).await;
     wait::until(Duration::from_secs(20), async || {
         all_published_uncounted(outbox, "before-", 20).await
     })
     .await;
     let connections = proxy.accepted();
     proxy.set(Fault::Cut);
-    place(db, outbox, "during-", 20).await;
+    place(outbox, "during-", 20).await;
     wait::until(Duration::from_secs(20), async || {
         some_given_back(outbox, "during-", 20).await
     })
@@ -227,7 +211,7 @@ async fn a_cut_link_is_ridden_out<P: Publisher + 'static>(
         proxy.accepted() > connections,
         "the publisher connected again"
     );
-    place(db, outbox, "after-", 5).await;
+    place(outbox, "after-", 5).await;
     wait::until(Duration::from_secs(10), async || {
         all_published_uncounted(outbox, "after-", 5).await
     })
@@ -361,7 +345,7 @@ async fn nats_lost_acks_fail_within_one_deadline() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, timeout).await;
+    lost_acks_fail_within_one_deadline(&outbox, publisher, &proxy, timeout).await;
     db.cleanup().await;
 }
 
@@ -374,7 +358,7 @@ async fn rabbitmq_lost_confirms_fail_within_one_deadline() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, timeout).await;
+    lost_acks_fail_within_one_deadline(&outbox, publisher, &proxy, timeout).await;
     db.cleanup().await;
     remove_rabbitmq(&topic).await;
 }
@@ -387,7 +371,7 @@ async fn nats_relay_publishes_again_after_its_link_is_cut() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    a_cut_link_is_ridden_out(&outbox, publisher, &proxy).await;
     db.cleanup().await;
 }
 
@@ -400,7 +384,7 @@ async fn rabbitmq_relay_publishes_again_after_its_connection_is_cut() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    a_cut_link_is_ridden_out(&outbox, publisher, &proxy).await;
     db.cleanup().await;
     remove_rabbitmq(&topic).await;
 }
@@ -416,7 +400,7 @@ async fn kafka_lost_delivery_reports_fail_within_one_deadline() {
     let outbox = outbox_on(&db, &topic);
     // The deadline is the delivery timeout plus 2 s.
     let deadline = delivery + Duration::from_secs(2);
-    lost_acks_fail_within_one_deadline(&db, &outbox, publisher, &proxy, deadline).await;
+    lost_acks_fail_within_one_deadline(&outbox, publisher, &proxy, deadline).await;
     db.cleanup().await;
 }
 
@@ -430,7 +414,7 @@ async fn kafka_relay_publishes_again_after_its_connections_are_cut() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    a_cut_link_is_ridden_out(&db, &outbox, publisher, &proxy).await;
+    a_cut_link_is_ridden_out(&outbox, publisher, &proxy).await;
     db.cleanup().await;
 }
 
@@ -459,7 +443,7 @@ async fn jetstream_gives_back_at_once_what_a_stopped_consumer_did_not_process() 
     };
     let db = TestDb::sqlite().await.unwrap();
     let outbox = outbox_on(&db, &topic);
-    place(&db, &outbox, "o-", 1).await;
+    place(&outbox, "o-", 1).await;
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("stop-relay"));
     assert_eq!(relay.run_once().await.unwrap().published, 1);
 
@@ -532,7 +516,7 @@ async fn jetstream_gives_back_what_a_dropped_subscription_held() {
         .await
         .unwrap();
     assert_eq!(report.applied, 0);
-    place(&db, &outbox, "o-", 3).await;
+    place(&outbox, "o-", 3).await;
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("held-relay"));
     assert_eq!(relay.run_once().await.unwrap().published, 3);
     // The server delivers them to the open pull stream; no drain takes them.

@@ -6,10 +6,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{Backoff, EventStatus, NatsPublisher, Outbox, OutboxConfig, RelayConfig, Route};
 use event_tests::db::{TestDb, services_required, unique};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 
 const NATS_SERVER: &str = "/usr/sbin/nats-server";
 const EVENTS: usize = 30;
@@ -67,26 +66,18 @@ async fn events_published_across_a_broker_outage_arrive_once() {
         .unwrap();
 
     let db = TestDb::sqlite().await.unwrap();
-    let route = Route {
-        channel: "MQ".into(),
-        topic: Some("outage".into()),
-        routing_key: Some("order.placed".into()),
-    };
+    let route = Route::topic("outage").routing_key("order.placed");
     let outbox = Outbox::new(
         db.pool().clone(),
         OutboxConfig::new()
             .route("ORDER_PLACED", route)
             .max_retry_count(50),
     );
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..EVENTS {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &outbox,
+        (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), 1).unwrap()),
+    )
+    .await;
     let relay = outbox.relay(
         publisher.clone(),
         RelayConfig::new("relay")

@@ -14,11 +14,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 
 /// An outbox on a fresh SQLite file with `count` orders placed, each routed to `topic`.
 async fn outbox_with(db: &TestDb<sqlx::Sqlite>, topic: &str, count: usize) -> Outbox<sqlx::Sqlite> {
-    let route = Route {
-        channel: "MQ".into(),
-        topic: Some(topic.into()),
-        routing_key: Some("order.placed".into()),
-    };
+    let route = Route::topic(topic).routing_key("order.placed");
     let outbox = Outbox::new(
         db.pool().clone(),
         OutboxConfig::new().route("ORDER_PLACED", route),

@@ -473,14 +473,9 @@ async fn postgres_commit_of_one_event_binds_only_its_own_values() {
     let hostile_topic = r"t'o\pic'); DELETE FROM biz_outbox_event; --";
     let outbox = event_sqlx::Outbox::new(
         pool.clone(),
-        OutboxConfig::new().commit_path(CommitPath::Bound).route(
-            "ORDER_PLACED",
-            event_sqlx::Route {
-                channel: "MQ".into(),
-                topic: Some(hostile_topic.into()),
-                routing_key: None,
-            },
-        ),
+        OutboxConfig::new()
+            .commit_path(CommitPath::Bound)
+            .route("ORDER_PLACED", event_sqlx::Route::topic(hostile_topic)),
     );
     let commit_one = |id: String, source: String| {
         let (pool, outbox) = (pool.clone(), outbox.clone());

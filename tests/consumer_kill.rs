@@ -5,13 +5,12 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher, RabbitMqPublisher,
     RabbitMqSubscription, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 use event_tests::wait;
 use sqlx::Postgres;
 
@@ -56,22 +55,14 @@ async fn publish_all(broker: &str, topic: &str, db: &TestDb<Postgres>) -> Option
         db.pool().clone(),
         OutboxConfig::new().route(
             "ORDER_PLACED",
-            Route {
-                channel: "MQ".into(),
-                topic: Some(topic.into()),
-                routing_key: Some("order.placed".into()),
-            },
+            Route::topic(topic).routing_key("order.placed"),
         ),
     );
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..EVENTS {
-        uow.collect(&mut Order::place(&format!("o-{i}"), i).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &outbox,
+        (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),
+    )
+    .await;
     let config = RelayConfig::new("relay").batch_size(100);
     let published = match broker {
         "nats" => {

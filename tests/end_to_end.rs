@@ -10,7 +10,7 @@ use event_sqlx::{
     OutboxConfig, Processed, RelayConfig, Route,
 };
 use event_tests::db::{TestDb, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, OrderPaid};
+use event_tests::fixtures::{Order, OrderPaid, commit_orders};
 use futures_util::StreamExt;
 
 const ORDERS: i64 = 10;
@@ -45,11 +45,7 @@ async fn invoice(
 /// ORDER_PLACED is out), and `ORDERS` orders placed and paid, each with its state and events in
 /// one transaction.
 async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sqlite> {
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.to_owned()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(topic).routing_key(key);
     let outbox = Outbox::new(
         pool.clone(),
         OutboxConfig::new()
@@ -57,14 +53,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
             .route("ORDER_PAID", route("order.paid")),
     );
     for i in 0..ORDERS {
-        let mut order = Order::place(&format!("o-{i}"), 100 + i).unwrap();
-        order.pay(100 + i).unwrap();
-        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-        uow.collect(&mut order).unwrap();
-        let _ = outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
+        commit_orders(&outbox, [Order::paid(&format!("o-{i}"), 100 + i)]).await;
     }
     outbox
 }

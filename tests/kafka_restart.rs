@@ -11,13 +11,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     Consumer, Delivered, KafkaPublisher, KafkaSubscription, Outbox, OutboxConfig, RelayConfig,
     Route,
 };
 use event_tests::db::{TestDb, services_required, unique};
-use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::fixtures::{Order, OrderPlaced, commit_orders};
 use event_tests::tansu::{self, Process};
 use event_tests::wait;
 use sqlx::PgConnection;
@@ -71,16 +70,12 @@ async fn applied(db: &TestDb<sqlx::Postgres>) -> (i64, i64) {
         .unwrap()
 }
 
-async fn commit_orders(outbox: &Outbox<sqlx::Postgres>, from: usize, to: usize) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in from..to {
-        uow.collect(&mut Order::place(&format!("o-{i}"), i as i64).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(outbox.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+async fn place_orders(outbox: &Outbox<sqlx::Postgres>, from: usize, to: usize) {
+    commit_orders(
+        outbox,
+        (from..to).map(|i| Order::place(&format!("o-{i}"), i as i64).unwrap()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,14 +129,7 @@ async fn a_broker_restart_mid_run_applies_every_event_once() {
     publisher.ensure_topic(&topic, 3).await.unwrap();
     let outbox = Outbox::new(
         db.pool().clone(),
-        OutboxConfig::new().route(
-            "ORDER_PLACED",
-            Route {
-                channel: "MQ".into(),
-                topic: Some(topic.clone()),
-                routing_key: None,
-            },
-        ),
+        OutboxConfig::new().route("ORDER_PLACED", Route::topic(topic.clone())),
     );
     let subscription = KafkaSubscription::with_config(
         &bootstrap,
@@ -176,7 +164,7 @@ async fn a_broker_restart_mid_run_applies_every_event_once() {
     let relaying = relay.run(until_stopped(stopped.clone()));
     let consuming = subscription.run(&consumer, until_stopped(stopped.clone()));
     let scenario = async {
-        commit_orders(&outbox, 0, 100).await;
+        place_orders(&outbox, 0, 100).await;
         wait::until(Duration::from_secs(60), async || match applied(&db).await {
             (n, _) if n >= 50 => Ok(()),
             (n, _) => Err(format!("{n} applied before the restart")),
@@ -185,7 +173,7 @@ async fn a_broker_restart_mid_run_applies_every_event_once() {
         // The broker dies; events keep being committed; it comes back on the same storage.
         broker.0.kill().unwrap();
         broker.0.wait().unwrap();
-        commit_orders(&outbox, 100, 200).await;
+        place_orders(&outbox, 100, 200).await;
         broker = tansu(&tansu_bin, port, s3);
         listening(port, "Tansu after the restart").await;
         wait::until(Duration::from_secs(120), async || {

@@ -8,26 +8,19 @@
 use std::collections::HashSet;
 
 use chrono::{TimeDelta, Utc};
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     AuditLog, Backend, ChannelPublisher, EventStatus, Inbox, NewAuditEntry, OutboxSearch,
     RelayConfig,
 };
 use event_tests::db::TestDb;
-use event_tests::fixtures::{Order, Refusing};
+use event_tests::fixtures::{Order, Refusing, commit_orders};
 
 async fn operators_read_what_happened<DB: Backend>(db: TestDb<DB>) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 1..=3 {
-        let mut order = Order::place(&format!("o-{i}"), 100).unwrap();
-        order.pay(100).unwrap();
-        uow.collect(&mut order).unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (1..=3).map(|i| Order::paid(&format!("o-{i}"), 100)),
+    )
+    .await;
     let (channel, mut received) = ChannelPublisher::channel(100);
     db.outbox
         .relay(Refusing::new(channel, &["o-1"]), RelayConfig::new("relay"))

@@ -6,13 +6,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, OutboxMessage, Processed,
     Quarantine, QuarantineFilter, QuarantineStatus, Reconcile, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::fixtures::{Order, OrderPlaced, commit_orders};
 
 const ORDERS: usize = 20;
 const WITHHELD: [&str; 3] = ["o-1", "o-7", "o-13"];
@@ -23,16 +22,11 @@ fn body(message: &OutboxMessage) -> Vec<u8> {
 }
 
 async fn reconciliation_finds_what_was_withheld<DB: Orders>(db: &TestDb<DB>) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..ORDERS {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
-            .unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..ORDERS).map(|i| Order::place(&format!("o-{i}"), 100).unwrap()),
+    )
+    .await;
     let (publisher, mut received) = ChannelPublisher::channel(ORDERS * 2);
     let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
     assert_eq!(relay.drain().await.unwrap().published, ORDERS);

@@ -8,27 +8,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     ChannelPublisher, Clock, Error, EventStatus, ManualClock, OutboxMessage, PublishError,
     Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 use event_tests::wait;
 
 /// Places `count` orders `{prefix}{i}`, one event each.
 async fn place_orders<DB: Orders>(db: &TestDb<DB>, prefix: &str, count: usize) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..count {
-        uow.collect(&mut Order::place(&format!("{prefix}{i}"), 100).unwrap())
-            .unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..count).map(|i| Order::place(&format!("{prefix}{i}"), 100).unwrap()),
+    )
+    .await;
 }
 
 /// A broker that hangs: says when a publish has begun, then answers nothing until released.

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use event_core::{Aggregate, EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig,
-    Processed, RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, UnknownEvents,
+    Consumer, Delivered, HandlerError, NatsPublisher, Outbox, OutboxConfig, Processed,
+    RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, UnknownEvents,
 };
+use event_tests::any_broker::durable;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, Payment, PaymentCaptured};
 
@@ -18,11 +19,7 @@ const ORDERS: usize = 12;
 /// event routed to `topic` with a routing key per type; and captures one payment, an event
 /// type the consumer has no handler for.
 async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sqlite> {
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.to_owned()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(topic).routing_key(key);
     let outbox = Outbox::new(
         pool.clone(),
         OutboxConfig::new()
@@ -226,15 +223,7 @@ async fn one_consumer_takes_three_event_types_from_one_jetstream_stream() {
         view.event_types(),
         vec!["ORDER_PLACED", "ORDER_PAID", "NOTE_ADDED"]
     );
-    let subscription = JetStreamSubscription::durable(
-        &publisher,
-        &stream,
-        "order-view",
-        &format!("{topic}.>"),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let subscription = durable(&publisher, &stream, "order-view", &format!("{topic}.>")).await;
     let report = subscription
         .drain(&view, Duration::from_millis(500))
         .await
@@ -250,15 +239,13 @@ async fn one_consumer_takes_three_event_types_from_one_jetstream_stream() {
     let strict = Consumer::new(pool.clone(), "strict-view", "1.0.0")
         .unknown_events(UnknownEvents::Quarantine)
         .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
-    let subscription = JetStreamSubscription::durable(
+    let subscription = durable(
         &publisher,
         &stream,
         "strict-view",
         &format!("{topic}.order.captured"),
-        Duration::from_secs(30),
     )
-    .await
-    .unwrap();
+    .await;
     let report = subscription
         .drain(&strict, Duration::from_millis(500))
         .await
@@ -347,15 +334,7 @@ async fn a_consumer_runs_in_a_spawned_task_until_shutdown() {
         return;
     };
     let pool = db.pool().clone();
-    let subscription = JetStreamSubscription::durable(
-        &publisher,
-        &stream,
-        "order-view",
-        &format!("{topic}.>"),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let subscription = durable(&publisher, &stream, "order-view", &format!("{topic}.>")).await;
     let view = order_view!(&pool, UnknownEvents::Ignore);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(async move {

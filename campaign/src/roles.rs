@@ -58,11 +58,7 @@ pub(crate) struct ProducerArgs {
 
 /// Routes every order event to the campaign's topic.
 pub(crate) fn outbox_config() -> OutboxConfig {
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(TOPIC.into()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(TOPIC).routing_key(key);
     OutboxConfig::new()
         .route("ORDER_PLACED", route("order.placed"))
         .route("NOTE_ADDED", route("order.note"))

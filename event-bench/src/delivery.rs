@@ -58,11 +58,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
         .execute(&pool)
         .await?;
     let topic = unique("bench").replace('_', "-");
-    let route = Route {
-        channel: "MQ".into(),
-        topic: Some(topic.clone()),
-        routing_key: Some("order.placed".into()),
-    };
+    let route = Route::topic(topic.clone()).routing_key("order.placed");
     let outbox = Outbox::new(
         pool.clone(),
         OutboxConfig::new().route("ORDER_PLACED", route),

@@ -150,11 +150,7 @@ async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
         db.pool().clone(),
         OutboxConfig::new().route(
             "ORDER_PLACED",
-            Route {
-                channel: "MQ".into(),
-                topic: Some(topic.clone()),
-                routing_key: Some("order.placed".into()),
-            },
+            Route::topic(topic.clone()).routing_key("order.placed"),
         ),
     );
     let (publisher, subscription) = match broker {

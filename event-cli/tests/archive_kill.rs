@@ -4,10 +4,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{ChannelPublisher, RelayConfig};
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 
 const EVENTS: usize = 1500;
 const ARCHIVED: &str = "SELECT COUNT(*) FROM biz_outbox_event_archive";
@@ -16,16 +15,11 @@ const DISTINCT: &str = "SELECT COUNT(*) FROM (SELECT event_no FROM biz_outbox_ev
      UNION SELECT event_no FROM biz_outbox_event_archive) u";
 
 async fn a_killed_archive_run_finishes_when_started_again<DB: Orders>(db: &TestDb<DB>) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..EVENTS {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
-            .unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), 1).unwrap()),
+    )
+    .await;
     let (publisher, _received) = ChannelPublisher::channel(EVENTS);
     let published = db
         .outbox

@@ -3,10 +3,9 @@
 
 use std::process::Command;
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{OutboxMessage, PublishError, Publisher, RelayConfig};
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 
 /// A broker that refuses everything.
 struct Refusing;
@@ -44,16 +43,11 @@ where
         "{out}"
     );
 
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..5 {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
-            .unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..5).map(|i| Order::place(&format!("o-{i}"), 1).unwrap()),
+    )
+    .await;
     let (code, out) = check(
         &db.url,
         &["--max-pending", "4", "--max-oldest-pending", "1h"],

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Backend, Consumer, Delivered, EventStatus, HandlerError, JetStreamSubscription, MessageEvent,
-    MessageStore, NatsPublisher, OutboxConfig, Quarantine, QuarantineStatus, RelayConfig, Route,
+    Backend, Consumer, Delivered, EventStatus, HandlerError, MessageEvent, MessageStore,
+    NatsPublisher, OutboxConfig, Quarantine, QuarantineStatus, RelayConfig, Route,
 };
+use event_tests::any_broker::durable;
 use event_tests::db::{TestDb, nats_url, reachable, services_required, unique};
 use event_tests::fixtures::{Order, OrderPlaced, Refusing};
 use event_tests::wait;
@@ -257,11 +258,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
     nats.ensure_stream(&stream, vec![format!("{topic}.>")])
         .await
         .unwrap();
-    let route = |key: &str| Route {
-        channel: "MQ".into(),
-        topic: Some(topic.clone()),
-        routing_key: Some(key.into()),
-    };
+    let route = |key: &str| Route::topic(topic.clone()).routing_key(key);
     let outbox = event_sqlx::Outbox::new(
         db.pool().clone(),
         OutboxConfig::new()
@@ -308,15 +305,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
             Ok(())
         },
     );
-    let subscription = JetStreamSubscription::durable(
-        &nats,
-        &stream,
-        "billing",
-        &format!("{topic}.>"),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let subscription = durable(&nats, &stream, "billing", &format!("{topic}.>")).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let consuming = subscription.run(&billing, async {
         let _ = stopped.await;

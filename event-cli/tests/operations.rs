@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{
-    ChannelPublisher, Consumer, Delivered, HandlerError, JetStreamSubscription, MessageEvent,
-    MessageStore, NatsPublisher, OutboxConfig, RelayConfig, Route,
+    ChannelPublisher, Consumer, Delivered, HandlerError, MessageEvent, MessageStore, NatsPublisher,
+    OutboxConfig, RelayConfig, Route,
 };
+use event_tests::any_broker::durable;
 use event_tests::db::{TestDb, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, OrderPlaced};
+use event_tests::fixtures::{Order, OrderPlaced, commit_orders};
 use event_tests::wait;
 
 fn eventctl(args: &[&str]) -> Output {
@@ -42,16 +43,11 @@ fn json(out: &Output) -> serde_json::Value {
 }
 
 async fn place_orders(db: &TestDb<sqlx::Sqlite>, count: usize) {
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..count {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
-            .unwrap();
-    }
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &db.outbox,
+        (0..count).map(|i| Order::place(&format!("o-{i}"), 100).unwrap()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,24 +245,16 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
         .ensure_stream(&stream, vec![format!("{topic}.>")])
         .await
         .unwrap();
-    let route = Route {
-        channel: "MQ".into(),
-        topic: Some(topic.clone()),
-        routing_key: Some("order.placed".into()),
-    };
+    let route = Route::topic(topic.clone()).routing_key("order.placed");
     let outbox = event_sqlx::Outbox::new(
         db.pool().clone(),
         OutboxConfig::new().route("ORDER_PLACED", route),
     );
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..5 {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 100).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &outbox,
+        (0..5).map(|i| Order::place(&format!("o-{i}"), 100).unwrap()),
+    )
+    .await;
     sqlx::query("CREATE TABLE bill (order_id TEXT PRIMARY KEY)")
         .execute(db.pool())
         .await
@@ -287,15 +275,7 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
             Ok(())
         },
     );
-    let subscription = JetStreamSubscription::durable(
-        &publisher,
-        &stream,
-        "billing",
-        &format!("{topic}.>"),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let subscription = durable(&publisher, &stream, "billing", &format!("{topic}.>")).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(async move {
         subscription

@@ -6,10 +6,9 @@ use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{OutboxConfig, Route};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, commit_orders};
 
 const EVENTS: usize = 120;
 
@@ -20,22 +19,14 @@ async fn outbox_for(topic: &str) -> TestDb<sqlx::Sqlite> {
         db.pool().clone(),
         OutboxConfig::new().route(
             "ORDER_PLACED",
-            Route {
-                channel: "MQ".into(),
-                topic: Some(topic.into()),
-                routing_key: Some("order.placed".into()),
-            },
+            Route::topic(topic).routing_key("order.placed"),
         ),
     );
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
-    for i in 0..EVENTS {
-        uow.collect(&mut Order::place(&format!("o-{i}"), 1).unwrap())
-            .unwrap();
-    }
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_orders(
+        &outbox,
+        (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), 1).unwrap()),
+    )
+    .await;
     db
 }
 

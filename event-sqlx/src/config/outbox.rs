@@ -17,6 +17,38 @@ pub struct Route {
 }
 
 impl Route {
+    /// A route on the `MQ` channel to `topic` (the RabbitMQ exchange, the NATS subject prefix or
+    /// the Kafka topic), with no routing key; add one with [`Route::routing_key`].
+    ///
+    /// ```
+    /// use event_sqlx::{OutboxConfig, Route};
+    ///
+    /// let config = OutboxConfig::new()
+    ///     .route("ORDER_PLACED", Route::topic("orders").routing_key("order.placed"));
+    /// # let _ = config;
+    /// ```
+    pub fn topic(topic: impl Into<String>) -> Route {
+        Route {
+            channel: "MQ".to_owned(),
+            topic: Some(topic.into()),
+            routing_key: None,
+        }
+    }
+
+    /// This route with `routing_key`: RabbitMQ's routing key, the last part of the NATS subject.
+    #[must_use]
+    pub fn routing_key(mut self, routing_key: impl Into<String>) -> Route {
+        self.routing_key = Some(routing_key.into());
+        self
+    }
+
+    /// This route on `channel` instead of `MQ` (e.g. `HTTP`, `EVENT_BUS`).
+    #[must_use]
+    pub fn channel(mut self, channel: impl Into<String>) -> Route {
+        self.channel = channel.into();
+        self
+    }
+
     /// The route used when none is configured for an event type: channel `MQ`, topic
     /// `<aggregate type, lowercase>.event`, routing key `<event type, lowercase, `_` as `.`>`.
     /// `ORDER` / `ORDER_CREATED` gives `order.event` / `order.created`, as in the seed.

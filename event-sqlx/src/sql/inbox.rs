@@ -363,15 +363,42 @@ pub(crate) async fn cancel_quarantined<DB: Backend>(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<u64, sqlx::Error> {
+    let from = [QUARANTINED, REQUEUED];
+    move_entry::<DB>(
+        conn,
+        table,
+        id,
+        &from,
+        CANCELLED,
+        ("replay_time", now),
+        Some(reason),
+    )
+    .await
+}
+
+/// One entry from a status among `from` to `to`, stamping a time column (`(column, now)`) and,
+/// when given, storing `reason`: every move an operator or a consumer makes of one entry. The
+/// `from` guard makes a move that lost a race change nothing (0 rows).
+async fn move_entry<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    id: i64,
+    from: &[i16],
+    to: i16,
+    (time_column, now): (&str, DateTime<Utc>),
+    reason: Option<&str>,
+) -> Result<u64, sqlx::Error> {
     let mut q = Sql::<DB>::new(format!(
-        "UPDATE {table} SET status = {CANCELLED}, reason = "
+        "UPDATE {table} SET status = {to}, {time_column} = "
     ));
-    q.bind(reason)
-        .push(", replay_time = ")
-        .bind(now)
-        .push(" WHERE id = ")
+    q.bind(now);
+    if let Some(reason) = reason {
+        q.push(", reason = ").bind(reason);
+    }
+    let from: Vec<String> = from.iter().map(i16::to_string).collect();
+    q.push(" WHERE id = ")
         .bind(id)
-        .push(format!(" AND status IN ({QUARANTINED}, {REQUEUED})"));
+        .push(format!(" AND status IN ({})", from.join(", ")));
     q.execute(conn).await
 }
 
@@ -423,16 +450,17 @@ pub(crate) async fn unrequeue<DB: Backend>(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<u64, sqlx::Error> {
-    let mut q = Sql::<DB>::new(format!(
-        "UPDATE {table} SET status = {QUARANTINED}, reason = "
-    ));
-    q.bind(reason)
-        .push(", last_failure_time = ")
-        .bind(now)
-        .push(" WHERE id = ")
-        .bind(id)
-        .push(format!(" AND status = {REQUEUED}"));
-    q.execute(conn).await
+    let time = ("last_failure_time", now);
+    move_entry::<DB>(
+        conn,
+        table,
+        id,
+        &[REQUEUED],
+        QUARANTINED,
+        time,
+        Some(reason),
+    )
+    .await
 }
 
 /// Quarantined or requeued -> replayed, for one entry.
@@ -442,14 +470,8 @@ pub(crate) async fn mark_replayed<DB: Backend>(
     id: i64,
     now: DateTime<Utc>,
 ) -> Result<u64, sqlx::Error> {
-    let mut q = Sql::<DB>::new(format!(
-        "UPDATE {table} SET status = {REPLAYED}, replay_time = "
-    ));
-    q.bind(now)
-        .push(" WHERE id = ")
-        .bind(id)
-        .push(format!(" AND status IN ({QUARANTINED}, {REQUEUED})"));
-    q.execute(conn).await
+    let from = [QUARANTINED, REQUEUED];
+    move_entry::<DB>(conn, table, id, &from, REPLAYED, ("replay_time", now), None).await
 }
 
 /// Which of `event_ids` `consumer` has not recorded as consumed. PostgreSQL and SQLite answer
