@@ -34,14 +34,7 @@ where
         Refusing::new(inner, &["o-3", "o-30", "o-59"]),
         RelayConfig::new("live").batch_size(7),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = event_tests::background::relay(relay);
     // Archive over and over while the relay publishes, until everything publishable is gone.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut moved = 0;

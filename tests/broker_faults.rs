@@ -121,24 +121,6 @@ async fn some_given_back(
     Err("no event was given back yet".into())
 }
 
-/// Runs `relay` in the background until the returned sender is dropped or sent to.
-fn running<P: Publisher + 'static>(
-    relay: event_sqlx::Relay<sqlx::Sqlite, P>,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<event_sqlx::BatchReport>,
-) {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    (stop, task)
-}
-
 /// A batch published into a blackhole fails, as an outage, within one deadline.
 async fn lost_acks_fail_within_one_deadline<P: Publisher>(
     outbox: &Outbox<sqlx::Sqlite>,
@@ -188,7 +170,9 @@ async fn a_cut_link_is_ridden_out<P: Publisher + 'static>(
     publisher: P,
     proxy: &FaultProxy,
 ) {
-    let (stop, task) = running(outbox.relay(publisher, RelayConfig::new("riding").batch_size(10)));
+    let (stop, task) = event_tests::background::relay(
+        outbox.relay(publisher, RelayConfig::new("riding").batch_size(10)),
+    );
     place(outbox, "before-", 20).await;
     wait::until(Duration::from_secs(20), async || {
         all_published_uncounted(outbox, "before-", 20).await

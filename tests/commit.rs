@@ -1,7 +1,7 @@
 //! Committing state and events together, on real PostgreSQL, MariaDB and SQLite: each scenario
 //! runs on a fresh database of every backend (PostgreSQL on both commit paths).
 
-use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+use event_core::{Aggregate, EventContext, UnitOfWork};
 use event_sqlx::{ChannelPublisher, CommitPath, Error, EventStatus, OutboxConfig, RelayConfig};
 use event_tests::db::{Orders, TestDb, postgres_with};
 use event_tests::fixtures::{NoteAdded, Order, context, place};
@@ -70,11 +70,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
     assert_eq!(before.publish_status, EventStatus::Succeeded);
 
     // The retried command: same business identity, so the same event number, another payload.
-    let mut retried = Order {
-        id: "o-1".into(),
-        paid: false,
-        events: RecordedEvents::loaded_at(1),
-    };
+    let mut retried = Order::loaded("o-1", 1, false);
     retried.pay(999_999).unwrap();
     retried
         .record(NoteAdded {
@@ -115,11 +111,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
 
     // A duplicate beside a new event, after a business write: the new event and the business
     // write commit (on MySQL the rejected first INSERT rolls back only itself).
-    let mut again = Order {
-        id: "o-1".into(),
-        paid: true,
-        events: RecordedEvents::loaded_at(3),
-    };
+    let mut again = Order::loaded("o-1", 3, true);
     again
         .record(NoteAdded {
             text: "again".into(),
@@ -162,11 +154,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
 
 /// Order `id` loaded as if it had no events yet (a stale version), with a note recorded on it.
 fn loaded_as_new(id: &str) -> Order {
-    let mut stale = Order {
-        id: id.into(),
-        paid: false,
-        events: RecordedEvents::new(),
-    };
+    let mut stale = Order::loaded(id, 0, false);
     stale
         .record(NoteAdded {
             text: "late".into(),
@@ -203,11 +191,7 @@ async fn pay_from_version_1<DB: Orders>(
     status: &str,
     amount_minor: i64,
 ) -> Result<event_sqlx::Commit, Error> {
-    let mut order = Order {
-        id: id.into(),
-        paid: false,
-        events: RecordedEvents::loaded_at(1),
-    };
+    let mut order = Order::loaded(id, 1, false);
     order.pay(amount_minor).unwrap();
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
@@ -284,11 +268,7 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
     );
 
     // Part recorded before, part new: a stale command; nothing committed.
-    let mut order = Order {
-        id: "o-race".into(),
-        paid: false,
-        events: RecordedEvents::loaded_at(1),
-    };
+    let mut order = Order::loaded("o-race", 1, false);
     order.pay(1000).unwrap();
     order
         .record(NoteAdded {

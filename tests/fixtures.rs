@@ -88,9 +88,11 @@ pub struct NoteAdded {
 }
 
 /// The order aggregate.
-#[derive(Debug)]
+#[derive(Debug, Aggregate)]
+#[aggregate(type = "ORDER")]
 pub struct Order {
     /// The order id.
+    #[aggregate(id)]
     pub id: String,
     /// Whether it was paid.
     pub paid: bool,
@@ -98,31 +100,24 @@ pub struct Order {
     pub events: RecordedEvents,
 }
 
-impl Aggregate for Order {
-    const AGGREGATE_TYPE: &'static str = "ORDER";
-
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
-}
-
 impl Order {
     /// Places a new order.
     pub fn place(id: &str, amount_minor: i64) -> Result<Order, RecordError> {
-        let mut order = Order {
-            id: id.to_owned(),
-            paid: false,
-            events: RecordedEvents::new(),
-        };
+        let mut order = Order::loaded(id, 0, false);
         order.record(OrderPlaced {
             order_id: id.to_owned(),
             amount_minor,
         })?;
         Ok(order)
+    }
+
+    /// An order as loaded from its table at `version` (its last event's sequence; 0 for new).
+    pub fn loaded(id: &str, version: u64, paid: bool) -> Order {
+        Order {
+            id: id.to_owned(),
+            paid,
+            events: RecordedEvents::loaded_at(version),
+        }
     }
 
     /// An order placed and paid, `amount_minor` each time: two events.
@@ -147,24 +142,14 @@ impl Order {
 }
 
 /// The payment aggregate.
-#[derive(Debug)]
+#[derive(Debug, Aggregate)]
+#[aggregate(type = "PAYMENT")]
 pub struct Payment {
     /// The payment id.
+    #[aggregate(id)]
     pub id: String,
     /// Its recorded events.
     pub events: RecordedEvents,
-}
-
-impl Aggregate for Payment {
-    const AGGREGATE_TYPE: &'static str = "PAYMENT";
-
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
 }
 
 /// Refuses the events of the listed aggregates ("broker refused it"); passes the rest to

@@ -59,18 +59,14 @@ async fn effects_happen_once<DB: Orders>(db: &TestDb<DB>) {
 event_tests::on_every_backend!(effects_happen_once);
 
 mod stale {
-    use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+    use event_core::{Aggregate, EventContext, UnitOfWork};
     use event_sqlx::{Consumer, Delivered, HandlerError, Processed};
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{NoteAdded, Order};
 
     /// Three notes on one order, sequences 1, 2, 3, as envelope bodies.
     fn notes() -> Vec<Vec<u8>> {
-        let mut order = Order {
-            id: "o-9".into(),
-            paid: false,
-            events: RecordedEvents::new(),
-        };
+        let mut order = Order::loaded("o-9", 0, false);
         for n in 1..=3 {
             order
                 .record(NoteAdded {
@@ -151,7 +147,7 @@ mod stale {
 }
 
 mod replay {
-    use event_core::{Aggregate, EventContext, RecordedEvents, UnitOfWork};
+    use event_core::{Aggregate, EventContext, UnitOfWork};
     use event_sqlx::{
         Consumer, Delivered, FailureClass, HandlerError, Processed, QuarantineFilter,
         QuarantineStatus,
@@ -166,11 +162,7 @@ mod replay {
     fn notes(n: usize) -> Vec<(String, Vec<u8>)> {
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         for i in 0..n {
-            let mut order = Order {
-                id: format!("o-{i:03}"),
-                paid: false,
-                events: RecordedEvents::new(),
-            };
+            let mut order = Order::loaded(&format!("o-{i:03}"), 0, false);
             order
                 .record(NoteAdded {
                     text: format!("note {i}"),

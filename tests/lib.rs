@@ -4,6 +4,7 @@
 //! doctests, so the documentation cannot drift from the code.
 
 pub mod any_broker;
+pub mod background;
 pub mod db;
 pub mod fixtures;
 pub mod proxy;

@@ -846,14 +846,7 @@ async fn running_relay<P: Publisher + 'static>(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<event_sqlx::BatchReport>,
 ) {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = event_tests::background::relay(relay);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let claimed: i64 = sqlx::query_scalar(

@@ -337,14 +337,7 @@ async fn shutdown_gives_back_a_batch_the_broker_never_acknowledges<DB: Orders>(d
         held.clone(),
         RelayConfig::new("stopping").shutdown_grace(Duration::from_millis(200)),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = event_tests::background::relay(relay);
     tokio::time::timeout(Duration::from_secs(30), held.entered.notified())
         .await
         .expect("the relay began to publish");

@@ -18,11 +18,7 @@ fn context() -> EventContext {
 
 #[test]
 fn numbers_events_per_aggregate_from_the_loaded_version() {
-    let mut order = Order {
-        id: "o-1".into(),
-        paid: false,
-        events: RecordedEvents::loaded_at(7),
-    };
+    let mut order = Order::loaded("o-1", 7, false);
     order.pay(100).unwrap();
     order
         .record(NoteAdded {
@@ -172,11 +168,7 @@ fn recording_an_event_of_another_aggregate_id_is_an_error() {
 #[test]
 fn invalid_aggregate_ids_are_rejected_and_nothing_is_taken() {
     for id in ["", &"x".repeat(65)] {
-        let mut order = Order {
-            id: id.to_owned(),
-            paid: false,
-            events: RecordedEvents::new(),
-        };
+        let mut order = Order::loaded(id, 0, false);
         order.record(NoteAdded { text: "n".into() }).unwrap();
         let mut uow = UnitOfWork::new(EventContext::new("s"));
         let err = uow.collect(&mut order).unwrap_err();
@@ -192,11 +184,7 @@ fn invalid_aggregate_ids_are_rejected_and_nothing_is_taken() {
 
 #[test]
 fn an_empty_rendered_event_no_is_rejected() {
-    let mut order = Order {
-        id: "".into(),
-        paid: false,
-        events: RecordedEvents::new(),
-    };
+    let mut order = Order::loaded("", 0, false);
     order.id = "o-7".into();
     // A template whose only field is empty renders an empty idempotency key.
     #[derive(

@@ -41,21 +41,14 @@ struct OrderPaid {
     payment_ref: String,
 }
 
+#[derive(Aggregate)]
+#[aggregate(type = "ORDER")]
 struct Order {
+    #[aggregate(id)]
     id: String,
     amount_minor: i64,
     status: String,
     events: RecordedEvents,
-}
-
-impl Aggregate for Order {
-    const AGGREGATE_TYPE: &'static str = "ORDER";
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
 }
 
 impl Order {

@@ -17,13 +17,9 @@ pub const MAX_AGGREGATE_ID_LEN: usize = 64;
 /// #[domain_event(aggregate = "ORDER")]
 /// struct OrderPaid { #[domain_event(aggregate_id)] order_id: String, amount_minor: i64 }
 ///
-/// struct Order { id: String, paid: bool, events: RecordedEvents }
-///
-/// impl Aggregate for Order {
-///     const AGGREGATE_TYPE: &'static str = "ORDER";
-///     fn aggregate_id(&self) -> String { self.id.clone() }
-///     fn recorded_events(&mut self) -> &mut RecordedEvents { &mut self.events }
-/// }
+/// #[derive(Aggregate)]
+/// #[aggregate(type = "ORDER")]
+/// struct Order { #[aggregate(id)] id: String, paid: bool, events: RecordedEvents }
 ///
 /// impl Order {
 ///     fn pay(&mut self, amount_minor: i64) -> Result<(), RecordError> {

@@ -20,6 +20,11 @@ pub use upcast::{Upcast, UpcastError, UpcasterRegistration, Upcasters};
 /// Derives [`DomainEvent`] for a struct with named fields. See [`DomainEvent`] for the attributes.
 pub use event_macros::DomainEvent;
 
+/// Derives [`Aggregate`] for a struct with named fields: `#[aggregate(type = "ORDER")]` on the
+/// struct, `#[aggregate(id)]` on the id field (any `Display` type) and a field of type
+/// [`RecordedEvents`]. See [`Aggregate`] for an example.
+pub use event_macros::Aggregate;
+
 /// What generated code uses. Not part of the API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {

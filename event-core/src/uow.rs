@@ -128,12 +128,9 @@ impl EventContext {
 /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, DomainEvent)]
 /// struct OrderPlaced { order_id: String }
 ///
-/// struct Order { id: String, events: RecordedEvents }
-/// impl Aggregate for Order {
-///     const AGGREGATE_TYPE: &'static str = "ORDER";
-///     fn aggregate_id(&self) -> String { self.id.clone() }
-///     fn recorded_events(&mut self) -> &mut RecordedEvents { &mut self.events }
-/// }
+/// #[derive(Aggregate)]
+/// #[aggregate(type = "ORDER")]
+/// struct Order { #[aggregate(id)] id: String, events: RecordedEvents }
 ///
 /// let mut order = Order { id: "o-1".into(), events: RecordedEvents::new() };
 /// order.record(OrderPlaced { order_id: "o-1".into() })?;

@@ -367,7 +367,7 @@ fn duplicate_key(meta: &ParseNestedMeta<'_>, cx: &mut Ctxt) -> syn::Result<()> {
 }
 
 /// Consumes whatever follows a key (`= value` or `(...)`) so that reading goes on after an error.
-fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+pub(crate) fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
     let input = meta.input;
     while !input.is_empty() && !input.peek(Token![,]) {
         input.parse::<TokenTree>()?;

@@ -67,22 +67,14 @@ impl PartialEq for OrderError {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Aggregate)]
+#[aggregate(type = "ORDER")]
 struct Order {
+    #[aggregate(id)]
     id: String,
     placed: bool,
     paid: bool,
     events: RecordedEvents,
-}
-
-impl Aggregate for Order {
-    const AGGREGATE_TYPE: &'static str = "ORDER";
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
 }
 
 impl Order {

@@ -15,19 +15,12 @@ struct OrderPaid {
     currency: String,
 }
 
+#[derive(Aggregate)]
+#[aggregate(type = "ORDER")]
 struct Order {
+    #[aggregate(id)]
     id: String,
     events: RecordedEvents,
-}
-
-impl Aggregate for Order {
-    const AGGREGATE_TYPE: &'static str = "ORDER";
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
 }
 
 #[tokio::test]

@@ -24,19 +24,12 @@ pub(crate) struct OrderPaid {
     pub(crate) amount_minor: i64,
 }
 
+#[derive(Aggregate)]
+#[aggregate(type = "ORDER")]
 pub(crate) struct Order {
+    #[aggregate(id)]
     id: String,
     events: RecordedEvents,
-}
-
-impl Aggregate for Order {
-    const AGGREGATE_TYPE: &'static str = "ORDER";
-    fn aggregate_id(&self) -> String {
-        self.id.clone()
-    }
-    fn recorded_events(&mut self) -> &mut RecordedEvents {
-        &mut self.events
-    }
 }
 
 impl Order {
