@@ -73,3 +73,13 @@ pub async fn durable(
     .await
     .unwrap()
 }
+
+/// Creates (unless it exists) the JetStream stream for `topic`: named after it (upper case, `_`
+/// for `-`) and capturing `<topic>.>`. Returns its name.
+pub async fn stream_for(publisher: &NatsPublisher, topic: &str) -> Result<String, Error> {
+    let stream = topic.replace('-', "_").to_uppercase();
+    publisher
+        .ensure_stream(&stream, vec![format!("{topic}.>")])
+        .await?;
+    Ok(stream)
+}

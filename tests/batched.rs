@@ -11,6 +11,7 @@ use event_sqlx::{
     Route, Routes,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::stream_for;
 use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, commit_orders};
@@ -28,11 +29,7 @@ async fn connect(
         "nats" => {
             let url = nats_url();
             let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
-            let stream = topic.replace('-', "_").to_uppercase();
-            publisher
-                .ensure_stream(&stream, vec![format!("{topic}.>")])
-                .await
-                .unwrap();
+            let stream = stream_for(&publisher, topic).await.unwrap();
             let subscription = durable(&publisher, &stream, "billing", &format!("{topic}.>"))
                 .await
                 .batch(batch);

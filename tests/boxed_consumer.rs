@@ -9,6 +9,7 @@ use event_sqlx::{
     NatsPublisher, Outbox, OutboxConfig, RelayConfig, Route,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, OrderPaid, OrderPlaced, commit_orders};
 use event_tests::wait;
@@ -89,11 +90,7 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
         sqlx::query(table).execute(&pool).await.unwrap();
     }
     let topic = unique("boxed");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     let route = |key: &str| Route::topic(topic.clone()).routing_key(key);
     let outbox = Outbox::new(
         pool.clone(),

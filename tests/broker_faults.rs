@@ -11,6 +11,7 @@ use event_sqlx::{
     Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher,
     RabbitMqPublisher, RelayConfig, Route,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, commit_orders};
 use event_tests::proxy::{Fault, FaultProxy};
@@ -212,11 +213,7 @@ async fn nats_through_proxy(
 ) -> Option<(NatsPublisher, FaultProxy)> {
     let url = nats_url();
     let direct = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
-    let stream = topic.replace('-', "_").to_uppercase();
-    direct
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    stream_for(&direct, topic).await.unwrap();
     let proxy = FaultProxy::start(socket_of(&url)).await.unwrap();
     let publisher = NatsPublisher::connect(&through(&url, proxy.address()))
         .await
@@ -407,11 +404,7 @@ async fn jetstream_with_stream(prefix: &str) -> Option<(NatsPublisher, String, S
     let url = nats_url();
     let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
     let topic = unique(prefix).replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     Some((publisher, topic, stream))
 }
 

@@ -7,6 +7,7 @@ use event_sqlx::{
     EventStatus, NatsPublisher, Outbox, OutboxConfig, OutboxMessage, Publisher, RabbitMqPublisher,
     RelayConfig, Route,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::Order;
 use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
@@ -43,11 +44,7 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let topic = unique("evt").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     let outbox = outbox_with(&db, &topic, 20).await;
 
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("nats-relay"));
@@ -118,11 +115,7 @@ async fn nats_subject_per_aggregate_ends_with_the_aggregate_id() {
     let publisher = publisher.subject_per_aggregate(true);
     let db = TestDb::sqlite().await.unwrap();
     let topic = unique("part").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     let outbox = outbox_with(&db, &topic, 3).await;
     let report = outbox
         .relay(publisher.clone(), RelayConfig::new("r"))

@@ -9,6 +9,7 @@ use event_sqlx::{
     KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher, RabbitMqPublisher,
     RabbitMqSubscription, RelayConfig, Route,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, commit_orders};
 use event_tests::wait;
@@ -68,11 +69,7 @@ async fn publish_all(broker: &str, topic: &str, db: &TestDb<Postgres>) -> Option
         "nats" => {
             let url = nats_url();
             let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
-            let stream = topic.replace('-', "_").to_uppercase();
-            publisher
-                .ensure_stream(&stream, vec![format!("{topic}.>")])
-                .await
-                .unwrap();
+            stream_for(&publisher, topic).await.unwrap();
             drain(&outbox, publisher, config).await
         }
         "rabbitmq" => {

@@ -9,6 +9,7 @@ use event_sqlx::{
     Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, NatsPublisher, Outbox,
     OutboxConfig, Processed, RelayConfig, Route,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, OrderPaid, commit_orders};
 use futures_util::StreamExt;
@@ -71,11 +72,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .await
         .unwrap();
     let topic = unique("shop").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     let outbox = order_service(&pool, &topic).await;
     let relay = outbox.relay(publisher.clone(), RelayConfig::new("relay"));
     relay.drain().await.unwrap();

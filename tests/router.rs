@@ -10,6 +10,7 @@ use event_sqlx::{
     RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, UnknownEvents,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, Payment, PaymentCaptured};
 
@@ -200,11 +201,7 @@ async fn shop_on_jetstream() -> Option<(NatsPublisher, TestDb<sqlx::Sqlite>, Str
     let db = TestDb::sqlite().await.unwrap();
     prepare(db.pool()).await;
     let topic = unique("shop").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     Some((publisher, db, topic, stream))
 }
 

@@ -12,6 +12,7 @@ use event_sqlx::{
     Consumer, Delivered, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig,
     Publisher, RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
 use serde::Serialize;
@@ -94,10 +95,7 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
     let (raw_rate, consumed, elapsed) = match broker {
         "nats" => {
             let publisher = NatsPublisher::connect(&nats_url()).await?;
-            let stream = topic.replace('-', "_").to_uppercase();
-            publisher
-                .ensure_stream(&stream, vec![format!("{topic}.>")])
-                .await?;
+            let stream = stream_for(&publisher, &topic).await?;
             // Raw: the broker's own pipelined publish with acks, same message size.
             let raw_rate = crate::throughput::raw_publish(broker, events, RAW_BYTES).await?;
             let subscription = JetStreamSubscription::durable(

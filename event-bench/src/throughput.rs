@@ -24,6 +24,7 @@ use event_sqlx::{
     NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, RelayConfig,
     Route, Routes,
 };
+use event_tests::any_broker::stream_for;
 use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
@@ -156,10 +157,7 @@ async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
     let (publisher, subscription) = match broker {
         "nats" => {
             let publisher = NatsPublisher::connect(&nats_url()).await?;
-            let stream = topic.replace('-', "_").to_uppercase();
-            publisher
-                .ensure_stream(&stream, vec![format!("{topic}.>")])
-                .await?;
+            let stream = stream_for(&publisher, &topic).await?;
             let subscription = JetStreamSubscription::durable(
                 &publisher,
                 &stream,
@@ -536,10 +534,7 @@ pub(crate) async fn raw_publish(
     match broker {
         "nats" => {
             let publisher = NatsPublisher::connect(&nats_url()).await?;
-            let stream = topic.replace('-', "_").to_uppercase();
-            publisher
-                .ensure_stream(&stream, vec![format!("{topic}.>")])
-                .await?;
+            let stream = stream_for(&publisher, &topic).await?;
             started = Instant::now();
             // Acks awaited per window of 500, as the publisher does.
             for window in (0..messages).collect::<Vec<_>>().chunks(500) {

@@ -82,16 +82,4 @@ async fn a_killed_archive_run_finishes_when_started_again<DB: Orders>(db: &TestD
     assert_eq!(DB::count(db.pool(), DISTINCT).await.unwrap(), EVENTS as i64);
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                a_killed_archive_run_finishes_when_started_again(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(multi_thread: a_killed_archive_run_finishes_when_started_again);

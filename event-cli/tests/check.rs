@@ -93,16 +93,4 @@ where
     assert_eq!(code, 2, "no threshold is bad input: {out}");
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                thresholds_give_the_exit_code(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(thresholds_give_the_exit_code);

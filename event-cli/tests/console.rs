@@ -22,6 +22,7 @@ use event_sqlx::{
     NatsPublisher, OutboxConfig, Quarantine, QuarantineStatus, RelayConfig, Route,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, nats_url, reachable, services_required, unique};
 use event_tests::fixtures::{Order, OrderPlaced, Refusing};
 use event_tests::wait;
@@ -224,6 +225,30 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 /// `pairs` as an `application/x-www-form-urlencoded` body.
+/// A POST of `body` (a form) to `path` with the session `cookie`.
+async fn post(
+    base: &str,
+    path: &str,
+    cookie: &str,
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    http(base, "POST", path, Some(cookie), Some(body)).await
+}
+
+/// A GET of `path` with the session `cookie`.
+async fn get(base: &str, path: &str, cookie: &str) -> (u16, Vec<(String, String)>, String) {
+    http(base, "GET", path, Some(cookie), None).await
+}
+
+/// The value of the hidden input `name` in `page`, unescaped.
+fn hidden(page: &str, name: &str) -> String {
+    page.split(&format!("name=\"{name}\" value=\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .replace("&amp;", "&")
+}
+
 fn form(pairs: &[(&str, &str)]) -> String {
     form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
@@ -254,10 +279,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
         return;
     };
     let topic = unique("console").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    nats.ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&nats, &topic).await.unwrap();
     let route = |key: &str| Route::topic(topic.clone()).routing_key(key);
     let outbox = event_sqlx::Outbox::new(
         db.pool().clone(),
@@ -516,73 +538,35 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
             None,
         )
         .await;
-        let csrf = page
-            .split("name=\"csrf\" value=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap()
-            .to_owned();
+        let csrf = hidden(&page, "csrf");
         let wrong = form(&[("no", &placed_4), ("csrf", "0000")]);
-        let (code, _, body) = http(
-            &base,
-            "POST",
-            "/actions/outbox/retry",
-            Some(&cookie),
-            Some(&wrong),
-        )
-        .await;
+        let (code, _, body) = post(&base, "/actions/outbox/retry", &cookie, &wrong).await;
         assert_eq!(code, 403, "{body}");
         assert!(body.contains("CSRF"), "{body}");
         assert_eq!(status(&db, &placed_4).await, EventStatus::Failed);
         // The same request with the session's token does change it: the refusals above were
         // for the token, not for anything else.
         let right = form(&[("no", &placed_4), ("csrf", &csrf)]);
-        let (code, _, body) = http(
-            &base,
-            "POST",
-            "/actions/outbox/retry",
-            Some(&cookie),
-            Some(&right),
-        )
-        .await;
+        let (code, _, body) = post(&base, "/actions/outbox/retry", &cookie, &right).await;
         assert_eq!(code, 200, "{body}");
         assert_eq!(status(&db, &placed_4).await, EventStatus::Pending);
 
         // Bulk retry: the confirmation counts the rows (o-6 and o-7 are the failed ones left),
         // the retry touches those and is audited with both.
-        let (code, _, page) = http(
-            &base,
-            "GET",
-            "/bulk-retry?event_type=ORDER_PLACED",
-            Some(&cookie),
-            None,
-        )
-        .await;
+        let (code, _, page) = get(&base, "/bulk-retry?event_type=ORDER_PLACED", &cookie).await;
         assert_eq!(code, 200);
         assert!(
             page.contains("This puts <strong>2</strong> failed events back to pending"),
             "{page}"
         );
-        let filter = page
-            .split("name=\"filter\" value=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap()
-            .replace("&amp;", "&");
+        let filter = hidden(&page, "filter");
         let bulk = form(&[
             ("filter", &filter),
             ("expected", "2"),
             ("csrf", &csrf),
             ("reason", "broker fixed"),
         ]);
-        let (code, _, body) = http(
-            &base,
-            "POST",
-            "/actions/outbox/bulk-retry",
-            Some(&cookie),
-            Some(&bulk),
-        )
-        .await;
+        let (code, _, body) = post(&base, "/actions/outbox/bulk-retry", &cookie, &bulk).await;
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("2 of 2 failed events"), "{body}");
         let placed_6 = event_no(&db, "o-6", 0).await;
@@ -598,14 +582,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
 
         // A cancel without a reason is refused.
         let no_reason = form(&[("no", &placed_4), ("csrf", &csrf), ("reason", " ")]);
-        let (code, _, body) = http(
-            &base,
-            "POST",
-            "/actions/outbox/cancel",
-            Some(&cookie),
-            Some(&no_reason),
-        )
-        .await;
+        let (code, _, body) = post(&base, "/actions/outbox/cancel", &cookie, &no_reason).await;
         assert_eq!(code, 400, "{body}");
         assert_eq!(status(&db, &placed_4).await, EventStatus::Pending);
 
@@ -826,17 +803,12 @@ async fn mysql_pages_answer_and_bad_input_is_named() {
             .await
             .unwrap()
     );
-    let (_, _, page) = http(&base, "GET", "/messages", Some(&cookie), None).await;
+    let (_, _, page) = get(&base, "/messages", &cookie).await;
     assert!(
         page.contains("MSG-1") && page.contains("downstream said no"),
         "{page}"
     );
-    let csrf = page
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
+    let csrf = hidden(&page, "csrf");
     let post = async |path: &str, pairs: &[(&str, &str)]| {
         http(&base, "POST", path, Some(&cookie), Some(&form(pairs))).await
     };

@@ -17,6 +17,7 @@ use event_sqlx::{
     OutboxConfig, RelayConfig, Route,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, OrderPlaced, commit_orders};
 use event_tests::wait;
@@ -240,11 +241,7 @@ async fn a_requeued_entry_is_replayed_by_the_running_consumer() {
     };
     let db = TestDb::sqlite().await.unwrap();
     let topic = unique("ops").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    publisher
-        .ensure_stream(&stream, vec![format!("{topic}.>")])
-        .await
-        .unwrap();
+    let stream = stream_for(&publisher, &topic).await.unwrap();
     let route = Route::topic(topic.clone()).routing_key("order.placed");
     let outbox = event_sqlx::Outbox::new(
         db.pool().clone(),

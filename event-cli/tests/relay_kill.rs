@@ -129,16 +129,4 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     let _ = std::fs::remove_file(&file);
 }
 
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $backend() {
-            if let Some(db) = TestDb::$backend().await {
-                killed_relay_loses_nothing(&db).await;
-                db.cleanup().await;
-            }
-        }
-    )*};
-}
-
-on_every_backend!(postgres, mysql, sqlite);
+event_tests::on_every_backend!(multi_thread: killed_relay_loses_nothing);
