@@ -83,3 +83,17 @@ pub async fn stream_for(publisher: &NatsPublisher, topic: &str) -> Result<String
         .await?;
     Ok(stream)
 }
+
+/// A publisher on the NATS server of `EVENT_TEST_NATS_URL`; `None` (the test skips) when it is
+/// unreachable, unless services are required.
+pub async fn nats() -> Option<NatsPublisher> {
+    let url = crate::db::nats_url();
+    crate::db::reachable("NATS", &url, NatsPublisher::connect(&url).await)
+}
+
+/// A publisher on the RabbitMQ server of `EVENT_TEST_AMQP_URL`; `None` (the test skips) when it
+/// is unreachable, unless services are required.
+pub async fn rabbitmq() -> Option<RabbitMqPublisher> {
+    let url = crate::db::amqp_url();
+    crate::db::reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
+}

@@ -1,4 +1,4 @@
-//! Relays running on tasks of their own, stopped by the test.
+//! Relays on tasks of their own and processes that the test stops, however it ends.
 
 use event_sqlx::{Backend, BatchReport, Publisher, Relay};
 use tokio::sync::oneshot;
@@ -21,4 +21,15 @@ where
             .await
     });
     (stop, task)
+}
+
+/// A child process killed (and waited for) when dropped: when the test ends, however it ends.
+#[derive(Debug)]
+pub struct Process(pub std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use event_core::{Aggregate, EventContext, UnitOfWork};
+use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     ConsumeReport, Consumer, Delivered, HandlerError, KafkaPublisher, KafkaSubscription,
     NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, RelayConfig,
@@ -208,11 +208,7 @@ async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
             match step {
                 0 => {}
                 1 => order.pay(10).unwrap(),
-                n => order
-                    .record(NoteAdded {
-                        text: format!("note {n}"),
-                    })
-                    .unwrap(),
+                n => order.note(&format!("note {n}")),
             }
             let mut uow = UnitOfWork::new(EventContext::new("order-service"));
             uow.collect(order).unwrap();
@@ -276,11 +272,7 @@ fn two_orders() -> Vec<event_core::EventEnvelope> {
     let mut first = Order::place("o-1", 10).unwrap();
     first.pay(10).unwrap();
     for n in 3..=4 {
-        first
-            .record(NoteAdded {
-                text: format!("note {n}"),
-            })
-            .unwrap();
+        first.note(&format!("note {n}"));
     }
     let mut second = Order::place("o-2", 20).unwrap();
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));

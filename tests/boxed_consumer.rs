@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use event_sqlx::{
     BoxConsumer, ConsumeReport, Consumer, Delivered, Error, HandlerError, JetStreamSubscription,
-    NatsPublisher, Outbox, OutboxConfig, RelayConfig, Route,
+    Outbox, OutboxConfig, RelayConfig, Route,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
-use event_tests::db::{TestDb, nats_url, reachable, unique};
+use event_tests::db::{TestDb, unique};
 use event_tests::fixtures::{Order, OrderPaid, OrderPlaced, commit_orders};
 use event_tests::wait;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
@@ -77,8 +78,7 @@ async fn count(pool: &SqlitePool, sql: &'static str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_boxed_consumer_is_returned_stored_and_spawned() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some(publisher) = nats().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();

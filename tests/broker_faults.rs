@@ -11,6 +11,7 @@ use event_sqlx::{
     Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher,
     RabbitMqPublisher, RelayConfig, Route,
 };
+use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, commit_orders};
@@ -275,11 +276,7 @@ async fn kafka_through_proxy(
         eprintln!("skipping: no Tansu binary (run .ci/kafka-broker)");
         return None;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = event_tests::db::free_port();
     let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], port)))
         .await
         .unwrap();
@@ -401,8 +398,7 @@ async fn kafka_relay_publishes_again_after_its_connections_are_cut() {
 
 /// A NATS publisher, a fresh topic named from `prefix`, and a JetStream stream capturing it.
 async fn jetstream_with_stream(prefix: &str) -> Option<(NatsPublisher, String, String)> {
-    let url = nats_url();
-    let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
+    let publisher = nats().await?;
     let topic = unique(prefix).replace('_', "-");
     let stream = stream_for(&publisher, &topic).await.unwrap();
     Some((publisher, topic, stream))

@@ -2,7 +2,6 @@
 //! spends no event's retries. The test runs
 //! its own nats-server (the shared one stays up for the other tests).
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -47,11 +46,7 @@ async fn events_published_across_a_broker_outage_arrive_once() {
         eprintln!("skipping: {NATS_SERVER} is not installed");
         return;
     }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = event_tests::db::free_port();
     let store = std::env::temp_dir().join(unique("nats-store"));
     let mut server = start(port, &store);
     wait_until_listening(port).await;

@@ -8,7 +8,8 @@ use event_sqlx::{
     RelayConfig, Route,
 };
 use event_tests::any_broker::stream_for;
-use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
+use event_tests::any_broker::{nats, rabbitmq};
+use event_tests::db::{TestDb, amqp_url, unique};
 use event_tests::fixtures::Order;
 use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -38,8 +39,7 @@ async fn outbox_with(db: &TestDb<sqlx::Sqlite>, topic: &str, count: usize) -> Ou
 
 #[tokio::test]
 async fn nats_jetstream_receives_every_event_once_with_its_headers() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some(publisher) = nats().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();
@@ -108,8 +108,7 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
 /// The partition key (the aggregate id) as the subject's last token, made safe for a subject.
 #[tokio::test]
 async fn nats_subject_per_aggregate_ends_with_the_aggregate_id() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some(publisher) = nats().await else {
         return;
     };
     let publisher = publisher.subject_per_aggregate(true);
@@ -156,8 +155,7 @@ async fn nats_subject_per_aggregate_ends_with_the_aggregate_id() {
 
 #[tokio::test]
 async fn nats_without_a_stream_for_the_subject_fails_the_publish_and_keeps_the_event() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some(publisher) = nats().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();
@@ -176,9 +174,7 @@ async fn nats_without_a_stream_for_the_subject_fails_the_publish_and_keeps_the_e
 
 #[tokio::test]
 async fn rabbitmq_receives_persistent_messages_with_message_id_and_headers() {
-    let url = amqp_url();
-    let Some(publisher) = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
-    else {
+    let Some(publisher) = rabbitmq().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();
@@ -254,9 +250,7 @@ async fn rabbitmq_receives_persistent_messages_with_message_id_and_headers() {
 
 #[tokio::test]
 async fn rabbitmq_unroutable_messages_are_failures_not_deliveries() {
-    let url = amqp_url();
-    let Some(publisher) = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
-    else {
+    let Some(publisher) = rabbitmq().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();

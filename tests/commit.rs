@@ -72,11 +72,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
     // The retried command: same business identity, so the same event number, another payload.
     let mut retried = Order::loaded("o-1", 1, false);
     retried.pay(999_999).unwrap();
-    retried
-        .record(NoteAdded {
-            text: "retried".into(),
-        })
-        .unwrap();
+    retried.note("retried");
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut retried).unwrap();
     let envelopes = uow.commit();
@@ -112,11 +108,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
     // A duplicate beside a new event, after a business write: the new event and the business
     // write commit (on MySQL the rejected first INSERT rolls back only itself).
     let mut again = Order::loaded("o-1", 3, true);
-    again
-        .record(NoteAdded {
-            text: "again".into(),
-        })
-        .unwrap();
+    again.note("again");
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut again).unwrap();
     let new = uow.commit().remove(0);
@@ -155,11 +147,7 @@ async fn a_duplicate_event_no_is_absorbed_and_changes_nothing<DB: Orders>(db: &T
 /// Order `id` loaded as if it had no events yet (a stale version), with a note recorded on it.
 fn loaded_as_new(id: &str) -> Order {
     let mut stale = Order::loaded(id, 0, false);
-    stale
-        .record(NoteAdded {
-            text: "late".into(),
-        })
-        .unwrap();
+    stale.note("late");
     stale
 }
 
@@ -270,11 +258,7 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
     // Part recorded before, part new: a stale command; nothing committed.
     let mut order = Order::loaded("o-race", 1, false);
     order.pay(1000).unwrap();
-    order
-        .record(NoteAdded {
-            text: "thanks".into(),
-        })
-        .unwrap();
+    order.note("thanks");
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
     let mut tx = db.pool().begin().await.unwrap();
@@ -365,11 +349,7 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
     let small =
         event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_payload_bytes(40));
     let mut order = Order::place("o-big", 1).unwrap();
-    order
-        .record(NoteAdded {
-            text: "x".repeat(100),
-        })
-        .unwrap();
+    order.note(&"x".repeat(100));
     let mut uow = UnitOfWork::new(context());
     uow.collect(&mut order).unwrap();
     let mut tx = db.pool().begin().await.unwrap();

@@ -2,7 +2,7 @@
 //! broker: after a second process takes over, every event is applied exactly once; none twice,
 //! none lost.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use event_sqlx::{
@@ -10,22 +10,13 @@ use event_sqlx::{
     RabbitMqSubscription, RelayConfig, Route,
 };
 use event_tests::any_broker::stream_for;
+use event_tests::background::Process;
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, commit_orders};
 use event_tests::wait;
 use sqlx::Postgres;
 
 const EVENTS: i64 = 200;
-
-/// Kills the child when the test ends, however it ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn consumer(
     broker: &str,

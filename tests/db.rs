@@ -353,3 +353,11 @@ pub async fn postgres_with(path: event_sqlx::CommitPath) -> Option<TestDb<Postgr
     );
     Some(db)
 }
+
+/// A TCP port on 127.0.0.1 that nothing listened on a moment ago, for a process the test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("no free port on 127.0.0.1")
+}

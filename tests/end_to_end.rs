@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, NatsPublisher, Outbox,
-    OutboxConfig, Processed, RelayConfig, Route,
+    Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, Outbox, OutboxConfig,
+    Processed, RelayConfig, Route,
 };
+use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
-use event_tests::db::{TestDb, nats_url, reachable, unique};
+use event_tests::db::{TestDb, reachable, unique};
 use event_tests::fixtures::{Order, OrderPaid, commit_orders};
 use futures_util::StreamExt;
 
@@ -61,8 +62,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
-    let url = nats_url();
-    let Some(publisher) = reachable("NATS", &url, NatsPublisher::connect(&url).await) else {
+    let Some(publisher) = nats().await else {
         return;
     };
     let db = TestDb::sqlite().await.unwrap();

@@ -127,6 +127,14 @@ impl Order {
         order
     }
 
+    /// Adds a note: an event of no aggregate type, recorded on the order.
+    pub fn note(&mut self, text: &str) {
+        self.record(NoteAdded {
+            text: text.to_owned(),
+        })
+        .unwrap();
+    }
+
     /// Pays the order; paying twice records nothing the second time.
     pub fn pay(&mut self, amount_minor: i64) -> Result<(), RecordError> {
         if self.paid {

@@ -59,7 +59,7 @@ async fn effects_happen_once<DB: Orders>(db: &TestDb<DB>) {
 event_tests::on_every_backend!(effects_happen_once);
 
 mod stale {
-    use event_core::{Aggregate, EventContext, UnitOfWork};
+    use event_core::{EventContext, UnitOfWork};
     use event_sqlx::{Consumer, Delivered, HandlerError, Processed};
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{NoteAdded, Order};
@@ -68,11 +68,7 @@ mod stale {
     fn notes() -> Vec<Vec<u8>> {
         let mut order = Order::loaded("o-9", 0, false);
         for n in 1..=3 {
-            order
-                .record(NoteAdded {
-                    text: format!("note {n}"),
-                })
-                .unwrap();
+            order.note(&format!("note {n}"));
         }
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         uow.collect(&mut order).unwrap();
@@ -147,7 +143,7 @@ mod stale {
 }
 
 mod replay {
-    use event_core::{Aggregate, EventContext, UnitOfWork};
+    use event_core::{EventContext, UnitOfWork};
     use event_sqlx::{
         Consumer, Delivered, FailureClass, HandlerError, Processed, QuarantineFilter,
         QuarantineStatus,
@@ -163,11 +159,7 @@ mod replay {
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         for i in 0..n {
             let mut order = Order::loaded(&format!("o-{i:03}"), 0, false);
-            order
-                .record(NoteAdded {
-                    text: format!("note {i}"),
-                })
-                .unwrap();
+            order.note(&format!("note {i}"));
             uow.collect(&mut order).unwrap();
         }
         uow.commit()
@@ -260,21 +252,17 @@ mod replay {
 mod router {
     use std::sync::Mutex;
 
-    use event_core::{Aggregate, EventContext, UnitOfWork};
+    use event_core::{EventContext, UnitOfWork};
     use event_sqlx::{Consumer, Delivered, Processed, UnknownEvents};
     use event_tests::db::{Orders, TestDb};
-    use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced};
+    use event_tests::fixtures::{Order, OrderPaid, OrderPlaced};
 
     /// One consumer, three event types, on every backend: each body goes to the handler of its
     /// type with its envelope; a type without a handler follows the policy.
     async fn each_type_reaches_its_handler<DB: Orders>(db: &TestDb<DB>) {
         let mut order = Order::place("o-r", 700).unwrap();
         order.pay(700).unwrap();
-        order
-            .record(NoteAdded {
-                text: "fragile".into(),
-            })
-            .unwrap();
+        order.note("fragile");
         let mut uow = UnitOfWork::new(EventContext::new("order-service").tenant_id("acme"));
         uow.collect(&mut order).unwrap();
         let bodies: Vec<Vec<u8>> = uow

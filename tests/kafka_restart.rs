@@ -6,7 +6,7 @@
 //! another) and `moto_server` (`pip install 'moto[server]==5.2.5'`), which `.ci/run` installs.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -26,14 +26,6 @@ fn moto_bin() -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join("moto_server"))
         .find(|p| p.exists())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn listening(port: u16, what: &str) {
@@ -100,7 +92,7 @@ async fn a_broker_restart_mid_run_applies_every_event_once() {
     .unwrap();
 
     // S3 storage, and its bucket.
-    let s3 = free_port();
+    let s3 = event_tests::db::free_port();
     let _moto = Process(
         Command::new(moto)
             .args(["-H", "127.0.0.1", "-p", &s3.to_string()])
@@ -120,7 +112,7 @@ async fn a_broker_restart_mid_run_applies_every_event_once() {
     http.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 
-    let port = free_port();
+    let port = event_tests::db::free_port();
     let mut broker = tansu(&tansu_bin, port, s3);
     listening(port, "Tansu").await;
     let bootstrap = format!("127.0.0.1:{port}");

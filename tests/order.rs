@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use event_core::{Aggregate, EventContext, EventEnvelope, UnitOfWork};
+use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{Consumer, Delivered, HandlerError, ManualClock, Processed, Received};
 use event_tests::db::{Orders, TestDb};
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
@@ -16,11 +16,7 @@ use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
 fn bodies() -> Vec<Vec<u8>> {
     let mut first = Order::place("o-1", 10).unwrap();
     first.pay(10).unwrap();
-    first
-        .record(NoteAdded {
-            text: "note".into(),
-        })
-        .unwrap();
+    first.note("note");
     let mut second = Order::place("o-2", 20).unwrap();
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
     uow.collect(&mut first).unwrap();

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use event_core::{Aggregate, UnitOfWork};
+use event_core::UnitOfWork;
 use event_sqlx::{
     Backoff, ChannelPublisher, Clock, CommitPath, EventStatus, ManualClock, OutboxConfig,
     OutboxMessage, PublishError, Publisher, RelayConfig,
 };
 use event_tests::db::{Orders, TestDb, postgres_with};
-use event_tests::fixtures::{NoteAdded, Order, context, place};
+use event_tests::fixtures::{Order, context, place};
 
 /// Fails every event whose event number is listed; sends the rest into a channel.
 struct Selective {
@@ -98,11 +98,7 @@ async fn place_many<DB: Orders>(db: &TestDb<DB>, aggregates: usize, events_each:
             let id = format!("o-{i}");
             let mut order = Order::place(&id, i as i64).unwrap();
             for n in 1..events_each {
-                order
-                    .record(NoteAdded {
-                        text: format!("note {n}"),
-                    })
-                    .unwrap();
+                order.note(&format!("note {n}"));
             }
             uow.collect(&mut order).unwrap();
             DB::save_order(&mut tx, &id, "PLACED", events_each as i64)
@@ -174,10 +170,7 @@ async fn drain_publishes_every_claimable_event_in_aggregate_order<DB: Orders>(db
     place_many(db, aggregates, each).await;
     let mut long = Order::place("o-long", 1).unwrap();
     for n in 1..40 {
-        long.record(NoteAdded {
-            text: format!("note {n}"),
-        })
-        .unwrap();
+        long.note(&format!("note {n}"));
     }
     let mut tx = db.pool().begin().await.unwrap();
     DB::save_order(&mut tx, "o-long", "PLACED", 40)

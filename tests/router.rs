@@ -10,8 +10,9 @@ use event_sqlx::{
     RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, UnknownEvents,
 };
 use event_tests::any_broker::durable;
+use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
-use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
+use event_tests::db::{TestDb, amqp_url, reachable, unique};
 use event_tests::fixtures::{NoteAdded, Order, OrderPaid, OrderPlaced, Payment, PaymentCaptured};
 
 const ORDERS: usize = 12;
@@ -49,11 +50,7 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
             .commit(pool.begin().await.unwrap(), uow)
             .await
             .unwrap();
-        order
-            .record(NoteAdded {
-                text: "leave at the door".into(),
-            })
-            .unwrap();
+        order.note("leave at the door");
         let mut uow = UnitOfWork::new(context(i));
         uow.collect(&mut order).unwrap();
         let _ = outbox
@@ -196,8 +193,7 @@ async fn assert_every_event_in_order(pool: &sqlx::SqlitePool) {
 /// A NATS publisher, a fresh SQLite database with the `seen` table, a topic and the stream that
 /// captures it; `None` (the test is skipped) when NATS is unreachable and not required.
 async fn shop_on_jetstream() -> Option<(NatsPublisher, TestDb<sqlx::Sqlite>, String, String)> {
-    let url = nats_url();
-    let publisher = reachable("NATS", &url, NatsPublisher::connect(&url).await)?;
+    let publisher = nats().await?;
     let db = TestDb::sqlite().await.unwrap();
     prepare(db.pool()).await;
     let topic = unique("shop").replace('_', "-");

@@ -3,7 +3,7 @@
 //! the broker when the test ends, however it ends.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The Tansu binary, if it is installed.
 pub fn bin() -> Option<PathBuf> {
@@ -18,16 +18,7 @@ pub fn bin() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// A child process killed when dropped.
-#[derive(Debug)]
-pub struct Process(pub Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use crate::background::Process;
 
 /// Tansu with memory storage listening on `port` and telling clients to connect to
 /// `advertised` (a fault proxy in front of it, say).

@@ -20,11 +20,7 @@ fn context() -> EventContext {
 fn numbers_events_per_aggregate_from_the_loaded_version() {
     let mut order = Order::loaded("o-1", 7, false);
     order.pay(100).unwrap();
-    order
-        .record(NoteAdded {
-            text: "gift".into(),
-        })
-        .unwrap();
+    order.note("gift");
     let mut payment = Payment {
         id: "p-9".into(),
         events: RecordedEvents::new(),

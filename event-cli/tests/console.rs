@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use event_sqlx::{
 };
 use event_tests::any_broker::durable;
 use event_tests::any_broker::stream_for;
+use event_tests::background::Process as Running;
 use event_tests::db::{TestDb, nats_url, reachable, services_required, unique};
 use event_tests::fixtures::{Order, OrderPlaced, Refusing};
 use event_tests::wait;
@@ -31,16 +32,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "console-test-token-0123456789";
 const XSS: &str = "<script>alert(1)</script>";
-
-/// A child process killed when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts `eventctl console` on a free port; returns it and its base URL.
 fn console(url: &str, extra: &[&str]) -> (Running, String) {
@@ -83,11 +74,7 @@ async fn browser() -> Option<(Running, Client)> {
         eprintln!("skipped: {driver} or {chromium} is missing");
         return None;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = event_tests::db::free_port();
     let process = Running(
         Command::new(&driver)
             .arg(format!("--port={port}"))

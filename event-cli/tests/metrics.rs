@@ -62,15 +62,10 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_as_events_are_committed_and_relayed() {
     let db = TestDb::sqlite().await.unwrap();
-    let port = free_port();
+    let port = event_tests::db::free_port();
     let file = std::env::temp_dir().join(format!("metrics-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let relay = Command::new(env!("CARGO_BIN_EXE_eventctl"))

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use event_core::{Aggregate, EventContext, UnitOfWork};
+use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{ChannelPublisher, ManualClock, RelayConfig};
 use event_tests::db::{Orders, TestDb};
-use event_tests::fixtures::{NoteAdded, Order};
+use event_tests::fixtures::Order;
 
 const ORDERS: usize = 150;
 const EVENTS: usize = ORDERS * 2;
@@ -28,11 +28,7 @@ async fn killed_relay_loses_nothing<DB: Orders>(db: &TestDb<DB>) {
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
     for i in 0..ORDERS {
         let mut order = Order::place(&format!("o-{i}"), 1).unwrap();
-        order
-            .record(NoteAdded {
-                text: "gift wrap".into(),
-            })
-            .unwrap();
+        order.note("gift wrap");
         uow.collect(&mut order).unwrap();
     }
     let _ = db.outbox.commit(tx, uow).await.unwrap();
