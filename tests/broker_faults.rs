@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use event_sqlx::{
-    Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher,
-    RabbitMqPublisher, RelayConfig, Route,
+    Error, EventStatus, KafkaPublisher, NatsPublisher, Outbox, Publisher, RabbitMqPublisher,
+    RelayConfig,
 };
 use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, commit_orders};
+use event_tests::fixtures::{Order, commit_orders, orders_to};
 use event_tests::proxy::{Fault, FaultProxy};
 use event_tests::wait;
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
@@ -26,11 +26,7 @@ const BATCH: usize = 10;
 
 /// An outbox on a fresh SQLite database routing orders to `topic`.
 fn outbox_on(db: &TestDb<sqlx::Sqlite>, topic: &str) -> Outbox<sqlx::Sqlite> {
-    let route = Route::topic(topic).routing_key("order.placed");
-    Outbox::new(
-        db.pool().clone(),
-        OutboxConfig::new().route("ORDER_PLACED", route),
-    )
+    orders_to(db.pool(), topic)
 }
 
 /// Places orders `{prefix}0..count`, one event each, in one commit.

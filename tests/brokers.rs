@@ -4,23 +4,18 @@ use std::time::Duration;
 
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{
-    EventStatus, NatsPublisher, Outbox, OutboxConfig, OutboxMessage, Publisher, RabbitMqPublisher,
-    RelayConfig, Route,
+    EventStatus, NatsPublisher, Outbox, OutboxMessage, Publisher, RabbitMqPublisher, RelayConfig,
 };
 use event_tests::any_broker::stream_for;
 use event_tests::any_broker::{nats, rabbitmq};
 use event_tests::db::{TestDb, amqp_url, unique};
-use event_tests::fixtures::Order;
+use event_tests::fixtures::{Order, orders_to};
 use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
 /// An outbox on a fresh SQLite file with `count` orders placed, each routed to `topic`.
 async fn outbox_with(db: &TestDb<sqlx::Sqlite>, topic: &str, count: usize) -> Outbox<sqlx::Sqlite> {
-    let route = Route::topic(topic).routing_key("order.placed");
-    let outbox = Outbox::new(
-        db.pool().clone(),
-        OutboxConfig::new().route("ORDER_PLACED", route),
-    );
+    let outbox = orders_to(db.pool(), topic);
     let mut uow = UnitOfWork::new(
         EventContext::new("order-service")
             .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")

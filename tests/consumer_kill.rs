@@ -6,13 +6,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use event_sqlx::{
-    KafkaPublisher, NatsPublisher, Outbox, OutboxConfig, Publisher, RabbitMqPublisher,
-    RabbitMqSubscription, RelayConfig, Route,
+    KafkaPublisher, NatsPublisher, Outbox, Publisher, RabbitMqPublisher, RabbitMqSubscription,
+    RelayConfig,
 };
 use event_tests::any_broker::stream_for;
 use event_tests::background::Process;
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, commit_orders};
+use event_tests::fixtures::{Order, commit_orders, orders_to};
 use event_tests::wait;
 use sqlx::Postgres;
 
@@ -43,13 +43,7 @@ fn consumer(
 }
 
 async fn publish_all(broker: &str, topic: &str, db: &TestDb<Postgres>) -> Option<()> {
-    let outbox = Outbox::new(
-        db.pool().clone(),
-        OutboxConfig::new().route(
-            "ORDER_PLACED",
-            Route::topic(topic).routing_key("order.placed"),
-        ),
-    );
+    let outbox = orders_to(db.pool(), topic);
     commit_orders(
         &outbox,
         (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),

@@ -42,6 +42,15 @@ pub async fn commit_orders<DB: Backend>(
         .unwrap();
 }
 
+/// An outbox on `pool` routing `ORDER_PLACED` to `topic`, routing key `order.placed`.
+pub fn orders_to<DB: Backend>(pool: &sqlx::Pool<DB>, topic: &str) -> Outbox<DB> {
+    let route = event_sqlx::Route::topic(topic).routing_key("order.placed");
+    Outbox::new(
+        pool.clone(),
+        event_sqlx::OutboxConfig::new().route("ORDER_PLACED", route),
+    )
+}
+
 /// An order was placed. No template: the unit of work assigns the event number.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, DomainEvent)]
 #[domain_event(aggregate = "ORDER")]

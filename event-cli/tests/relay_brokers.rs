@@ -6,22 +6,15 @@ use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use event_sqlx::{OutboxConfig, Route};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
-use event_tests::fixtures::{Order, commit_orders};
+use event_tests::fixtures::{Order, commit_orders, orders_to};
 
 const EVENTS: usize = 120;
 
 /// A SQLite outbox with `EVENTS` orders placed, each routed to `topic` / `order.placed`.
 async fn outbox_for(topic: &str) -> TestDb<sqlx::Sqlite> {
     let db = TestDb::sqlite().await.unwrap();
-    let outbox = event_sqlx::Outbox::new(
-        db.pool().clone(),
-        OutboxConfig::new().route(
-            "ORDER_PLACED",
-            Route::topic(topic).routing_key("order.placed"),
-        ),
-    );
+    let outbox = orders_to(db.pool(), topic);
     commit_orders(
         &outbox,
         (0..EVENTS).map(|i| Order::place(&format!("o-{i}"), 1).unwrap()),
