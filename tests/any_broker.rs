@@ -97,3 +97,9 @@ pub async fn rabbitmq() -> Option<RabbitMqPublisher> {
     let url = crate::db::amqp_url();
     crate::db::reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
 }
+
+/// How many messages the JetStream stream `stream` holds.
+pub async fn stream_messages(publisher: &NatsPublisher, stream: &str) -> u64 {
+    let stream = publisher.jetstream().get_stream(stream).await.unwrap();
+    stream.get_info().await.unwrap().state.messages
+}

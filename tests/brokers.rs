@@ -7,6 +7,7 @@ use event_sqlx::{
     EventStatus, NatsPublisher, Outbox, OutboxMessage, Publisher, RabbitMqPublisher, RelayConfig,
 };
 use event_tests::any_broker::stream_for;
+use event_tests::any_broker::stream_messages;
 use event_tests::any_broker::{nats, rabbitmq};
 use event_tests::db::{TestDb, amqp_url, unique};
 use event_tests::fixtures::{Order, orders_to};
@@ -47,14 +48,7 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
     assert_eq!((report.claimed, report.published), (20, 20));
 
     let js = publisher.jetstream();
-    let info = js
-        .get_stream(&stream)
-        .await
-        .unwrap()
-        .get_info()
-        .await
-        .unwrap();
-    assert_eq!(info.state.messages, 20);
+    assert_eq!(stream_messages(&publisher, &stream).await, 20);
     let first = js
         .get_stream(&stream)
         .await
@@ -85,15 +79,9 @@ async fn nats_jetstream_receives_every_event_once_with_its_headers() {
         .map(|r| OutboxMessage::from_record(r).unwrap())
         .collect();
     assert!(publisher.publish(&again).await.iter().all(Result::is_ok));
-    let info = js
-        .get_stream(&stream)
-        .await
-        .unwrap()
-        .get_info()
-        .await
-        .unwrap();
     assert_eq!(
-        info.state.messages, 20,
+        stream_messages(&publisher, &stream).await,
+        20,
         "Nats-Msg-Id deduplicated the second publish"
     );
     js.delete_stream(&stream).await.unwrap();

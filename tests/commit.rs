@@ -154,11 +154,7 @@ fn loaded_as_new(id: &str) -> Order {
 async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestDb<DB>) {
     place(db, "o-3", false).await;
     let mut stale = loaded_as_new("o-3");
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut stale).unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    DB::save_order(&mut tx, "o-3", "NOTED", 2).await.unwrap();
-    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+    let err = save(&db.outbox, &mut stale, "NOTED", 2).await.unwrap_err();
     assert!(matches!(err, Error::SequenceConflict { .. }), "{err}");
     assert!(err.to_string().contains("Reload the aggregate"), "{err}");
     let mut conn = db.pool().acquire().await.unwrap();
@@ -171,33 +167,50 @@ async fn a_stale_aggregate_version_is_a_sequence_conflict<DB: Orders>(db: &TestD
     );
 }
 
+/// The `orders` row's status of `id`.
+async fn order_status<DB: Orders>(db: &TestDb<DB>, id: &str) -> Option<String> {
+    DB::order_status(db.pool(), id).await.unwrap()
+}
+
+/// Commits `order`'s events through `outbox` with its row (`status`, `version`) in one
+/// transaction: a command's state and events.
+async fn save<DB: Orders>(
+    outbox: &event_sqlx::Outbox<DB>,
+    order: &mut Order,
+    status: &str,
+    version: i64,
+) -> Result<event_sqlx::Commit, Error> {
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(order).unwrap();
+    let mut tx = outbox.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, &order.id, status, version)
+        .await
+        .unwrap();
+    outbox.commit(tx, uow).await
+}
+
 /// Pays `id` as loaded at version 1 (placed, not paid), writing `status` with it.
 async fn pay_from_version_1<DB: Orders>(
     outbox: &event_sqlx::Outbox<DB>,
-    db: &TestDb<DB>,
     id: &str,
     status: &str,
     amount_minor: i64,
 ) -> Result<event_sqlx::Commit, Error> {
     let mut order = Order::loaded(id, 1, false);
     order.pay(amount_minor).unwrap();
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    DB::save_order(&mut tx, id, status, 2).await.unwrap();
-    outbox.commit(tx, uow).await
+    save(outbox, &mut order, status, 2).await
 }
 
 /// The commit rule for repeated and stale commands: state commits only with its events.
 async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
     // An exact retry: the same command after it committed.
     place(db, "o-retry", false).await;
-    let first = pay_from_version_1(&db.outbox, db, "o-retry", "PAID", 1000)
+    let first = pay_from_version_1(&db.outbox, "o-retry", "PAID", 1000)
         .await
         .unwrap();
     assert!(matches!(first, event_sqlx::Commit::Committed(ref r) if r.recorded.len() == 1));
     let stored = db.outbox.by_event_no("ORDER_PAID:o-retry").await.unwrap();
-    let retry = pay_from_version_1(&db.outbox, db, "o-retry", "PAID (retried)", 1000)
+    let retry = pay_from_version_1(&db.outbox, "o-retry", "PAID (retried)", 1000)
         .await
         .unwrap();
     assert!(retry.already_applied(), "{retry:?}");
@@ -206,10 +219,7 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
         "ORDER_PAID:o-retry"
     );
     assert_eq!(
-        DB::order_status(db.pool(), "o-retry")
-            .await
-            .unwrap()
-            .as_deref(),
+        order_status(db, "o-retry").await.as_deref(),
         Some("PAID"),
         "the retry's state change was rolled back"
     );
@@ -223,35 +233,25 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
     // land without an event.
     place(db, "o-race", false).await;
     let (a, b) = (
-        pay_from_version_1(&db.outbox, db, "o-race", "PAID 1000", 1000)
+        pay_from_version_1(&db.outbox, "o-race", "PAID 1000", 1000)
             .await
             .unwrap(),
-        pay_from_version_1(&db.outbox, db, "o-race", "PAID 999", 999)
+        pay_from_version_1(&db.outbox, "o-race", "PAID 999", 999)
             .await
             .unwrap(),
     );
     assert!(!a.already_applied() && b.already_applied(), "{a:?} {b:?}");
     assert_eq!(
-        DB::order_status(db.pool(), "o-race")
-            .await
-            .unwrap()
-            .as_deref(),
+        order_status(db, "o-race").await.as_deref(),
         Some("PAID 1000")
     );
 
     // A stale command with another event number: a sequence conflict, nothing committed.
     let mut stale = loaded_as_new("o-race");
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut stale).unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    DB::save_order(&mut tx, "o-race", "NOTED", 2).await.unwrap();
-    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+    let err = save(&db.outbox, &mut stale, "NOTED", 2).await.unwrap_err();
     assert!(matches!(err, Error::SequenceConflict { .. }), "{err}");
     assert_eq!(
-        DB::order_status(db.pool(), "o-race")
-            .await
-            .unwrap()
-            .as_deref(),
+        order_status(db, "o-race").await.as_deref(),
         Some("PAID 1000")
     );
 
@@ -259,22 +259,15 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
     let mut order = Order::loaded("o-race", 1, false);
     order.pay(1000).unwrap();
     order.note("thanks");
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    DB::save_order(&mut tx, "o-race", "PAID AND NOTED", 3)
+    let err = save(&db.outbox, &mut order, "PAID AND NOTED", 3)
         .await
-        .unwrap();
-    let err = db.outbox.commit(tx, uow).await.unwrap_err();
+        .unwrap_err();
     assert!(
         matches!(&err, Error::PartlyRecorded { event_no, new: 1, .. } if event_no == "ORDER_PAID:o-race"),
         "{err}"
     );
     assert_eq!(
-        DB::order_status(db.pool(), "o-race")
-            .await
-            .unwrap()
-            .as_deref(),
+        order_status(db, "o-race").await.as_deref(),
         Some("PAID 1000")
     );
     assert_eq!(
@@ -292,15 +285,12 @@ async fn a_command_applied_before_commits_nothing<DB: Orders>(db: &TestDb<DB>) {
         db.pool().clone(),
         OutboxConfig::new().commit_state_on_duplicates(),
     );
-    let kept = pay_from_version_1(&lenient, db, "o-race", "PAID AGAIN", 1000)
+    let kept = pay_from_version_1(&lenient, "o-race", "PAID AGAIN", 1000)
         .await
         .unwrap();
     assert!(matches!(kept, event_sqlx::Commit::Committed(ref r) if r.already_recorded.len() == 1));
     assert_eq!(
-        DB::order_status(db.pool(), "o-race")
-            .await
-            .unwrap()
-            .as_deref(),
+        order_status(db, "o-race").await.as_deref(),
         Some("PAID AGAIN")
     );
 }
@@ -350,11 +340,7 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
         event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().max_payload_bytes(40));
     let mut order = Order::place("o-big", 1).unwrap();
     order.note(&"x".repeat(100));
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    DB::save_order(&mut tx, "o-big", "PLACED", 1).await.unwrap();
-    let err = small.commit(tx, uow).await.unwrap_err();
+    let err = save(&small, &mut order, "PLACED", 1).await.unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("nothing was written"), "{err}");
     assert_eq!(
