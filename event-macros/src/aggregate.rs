@@ -48,6 +48,8 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     };
 
     let (mut id, mut events) = (None::<&Ident>, None::<&Ident>);
+    // A field marked #[aggregate(events)] wins over the first field of type RecordedEvents.
+    let mut by_type = None::<&Ident>;
     match &input.data {
         Data::Struct(data) => match &data.fields {
             Fields::Named(fields) => {
@@ -77,8 +79,8 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
                     }
                     let is_recorded_events = matches!(&field.ty, syn::Type::Path(p)
                         if p.path.segments.last().is_some_and(|s| s.ident == "RecordedEvents"));
-                    if events.is_none() && is_recorded_events {
-                        events = Some(name);
+                    if is_recorded_events {
+                        by_type.get_or_insert(name);
                     }
                 }
             }
@@ -92,6 +94,7 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
             "#[derive(Aggregate)] works on structs; write `impl Aggregate` by hand for an enum",
         ),
     }
+    let events = events.or(by_type);
     if let Data::Struct(data) = &input.data
         && matches!(data.fields, Fields::Named(_))
     {
