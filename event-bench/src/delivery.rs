@@ -10,7 +10,7 @@ use chrono::Utc;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
     Consumer, Delivered, HandlerError, JetStreamSubscription, NatsPublisher, Outbox, OutboxConfig,
-    Publisher, RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route,
+    Publisher, RabbitMqPublisher, RabbitMqSubscription, RelayConfig, Route, Routes,
 };
 use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, unique};
@@ -98,20 +98,19 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
             let stream = stream_for(&publisher, &topic).await?;
             // Raw: the broker's own pipelined publish with acks, same message size.
             let raw_rate = crate::throughput::raw_publish(broker, events, RAW_BYTES).await?;
-            let subscription = JetStreamSubscription::durable(
-                &publisher,
-                &stream,
-                "invoice-service",
-                &format!("{topic}.order.placed"),
-                Duration::from_secs(30),
-            )
-            .await?;
+            let subscription = Drained::JetStream(Box::new(
+                JetStreamSubscription::durable(
+                    &publisher,
+                    &stream,
+                    "invoice-service",
+                    &format!("{topic}.order.placed"),
+                    Duration::from_secs(30),
+                )
+                .await?,
+            ));
             let js = publisher.jetstream().clone();
             let (consumed, elapsed) = pipeline(&outbox, publisher, events, async || {
-                subscription
-                    .drain(&consumer, Duration::from_millis(200))
-                    .await
-                    .map(|r| r.applied)
+                subscription.drain(&consumer).await
             })
             .await?;
             js.delete_stream(&stream).await?;
@@ -120,21 +119,20 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
         _ => {
             let publisher = RabbitMqPublisher::connect(&amqp_url()).await?;
             publisher.declare_exchange(&topic).await?;
-            let subscription = RabbitMqSubscription::bind(
-                &publisher,
-                &topic,
-                &format!("{topic}-invoices"),
-                "order.*",
-            )
-            .await?;
+            let subscription = Drained::RabbitMq(Box::new(
+                RabbitMqSubscription::bind(
+                    &publisher,
+                    &topic,
+                    &format!("{topic}-invoices"),
+                    "order.*",
+                )
+                .await?,
+            ));
             // The raw messages are stored in a queue too, so both sides pay for persistence.
             let cleanup = RabbitMqPublisher::connect(&amqp_url()).await?;
             let raw_rate = crate::throughput::raw_publish(broker, events, RAW_BYTES).await?;
             let (consumed, elapsed) = pipeline(&outbox, publisher, events, async || {
-                subscription
-                    .drain(&consumer, Duration::from_millis(200))
-                    .await
-                    .map(|r| r.applied)
+                subscription.drain(&consumer).await
             })
             .await?;
             cleanup
@@ -166,6 +164,27 @@ async fn one(broker: &'static str, events: usize) -> anyhow::Result<Figures> {
     };
     db.cleanup().await;
     Ok(figures)
+}
+
+/// The subscription of one run, drained until it has been quiet for 200 ms.
+enum Drained {
+    JetStream(Box<JetStreamSubscription>),
+    RabbitMq(Box<RabbitMqSubscription>),
+}
+
+impl Drained {
+    /// How many events one drain applied.
+    async fn drain<R: Routes<sqlx::Postgres>>(
+        &self,
+        consumer: &Consumer<sqlx::Postgres, R>,
+    ) -> Result<usize, event_sqlx::Error> {
+        let idle = Duration::from_millis(200);
+        let report = match self {
+            Drained::JetStream(s) => s.drain(consumer, idle).await?,
+            Drained::RabbitMq(s) => s.drain(consumer, idle).await?,
+        };
+        Ok(report.applied)
+    }
 }
 
 /// Commits `events` orders one transaction each while a relay publishes and `consume` drains,

@@ -12,6 +12,7 @@ use crate::clock::{self, Clock, SharedClock};
 use crate::error::Error;
 use crate::row::message::{MessageEvent, MessageRecord, NewMessage};
 use crate::row::outbox::StatusCounts;
+use crate::sql::StatusTable;
 use crate::sql::dialect::Backend;
 use crate::sql::message::{self as sql, MessageSelect, MessageWrite};
 use crate::table::TableName;
@@ -215,7 +216,8 @@ impl<DB: Backend> MessageStore<DB> {
     /// and the succeeded and cancelled rows last changed at or after `since`.
     pub async fn live_counts(&self, since: DateTime<Utc>) -> Result<StatusCounts, Error> {
         let mut conn = self.conn().await?;
-        crate::sql::operations::live_counts::<DB>(&mut conn, &self.table, "event_status", since)
+        let t = StatusTable::messages(&self.table);
+        crate::sql::operations::live_counts::<DB>(&mut conn, t, since)
             .await
             .map_err(|e| self.db_error(e))
     }
@@ -227,22 +229,11 @@ impl<DB: Backend> MessageStore<DB> {
         event_type: Option<&str>,
         created: impl RangeBounds<DateTime<Utc>>,
     ) -> Result<StatusCounts, Error> {
-        let created = (created.start_bound().cloned(), created.end_bound().cloned());
         let mut conn = self.conn().await?;
-        let rows = crate::sql::status_counts::<DB>(
-            &mut conn,
-            &self.table,
-            "event_status",
-            event_type,
-            created,
-        )
-        .await
-        .map_err(|e| self.db_error(e))?;
-        let mut counts = StatusCounts::default();
-        for (status, count) in rows {
-            counts.add(status, count);
-        }
-        Ok(counts)
+        let t = StatusTable::messages(&self.table);
+        crate::sql::status_counts::<DB>(&mut conn, t, event_type, created)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// Claims a message read as `record` (抢占): true only for the one instance whose update

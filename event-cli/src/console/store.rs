@@ -3,14 +3,24 @@
 
 use chrono::{DateTime, Utc};
 use event_sqlx::{
-    AuditEntry, AuditLog, Backend, Consumption, Error, EventStatus, FailureClass, GroupCount,
-    Lease, MessageRecord, MessageStore, MinuteCount, NewAuditEntry, Outbox, OutboxHealth,
-    OutboxRecord, OutboxSearch, Quarantine, QuarantineCount, QuarantineFilter, QuarantineRecord,
+    AuditEntry, AuditLog, Backend, Consumption, Error, EventStatus, GroupCount, Lease,
+    MessageRecord, MessageStore, MinuteCount, NewAuditEntry, Outbox, OutboxHealth, OutboxRecord,
+    OutboxSearch, Quarantine, QuarantineCount, QuarantineFilter, QuarantineRecord,
     QuarantineStatus, StatusCounts,
 };
 use futures_util::future::BoxFuture;
 
 type Answer<'a, T> = BoxFuture<'a, Result<T, Error>>;
+
+/// Which quarantine entries to read: whose, in which status, which, after which id, how many.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QuarantineQuery<'a> {
+    pub(crate) consumer: Option<&'a str>,
+    pub(crate) status: Option<QuarantineStatus>,
+    pub(crate) filter: QuarantineFilter<'a>,
+    pub(crate) after_id: i64,
+    pub(crate) limit: u32,
+}
 
 /// A search, as owned strings (from a query string).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,15 +92,7 @@ pub(crate) trait Store: Send + Sync {
 /// The consumer side: the inbox and the quarantine.
 pub(crate) trait ConsumerStore: Send + Sync {
     fn quarantine_counts(&self) -> Answer<'_, Vec<QuarantineCount>>;
-    fn quarantined<'a>(
-        &'a self,
-        consumer: Option<&'a str>,
-        status: Option<QuarantineStatus>,
-        class: Option<FailureClass>,
-        event_id: Option<&'a str>,
-        after_id: i64,
-        limit: u32,
-    ) -> Answer<'a, Vec<QuarantineRecord>>;
+    fn quarantined<'a>(&'a self, page: QuarantineQuery<'a>) -> Answer<'a, Vec<QuarantineRecord>>;
     fn entry(&self, id: i64) -> Answer<'_, Option<QuarantineRecord>>;
     fn requeue<'a>(&'a self, consumer: &'a str, event_id: &'a str) -> Answer<'a, u64>;
     fn cancel_entry<'a>(&'a self, id: i64, reason: &'a str) -> Answer<'a, bool>;
@@ -194,23 +196,16 @@ impl<DB: Backend> ConsumerStore for Stores<DB> {
     fn quarantine_counts(&self) -> Answer<'_, Vec<QuarantineCount>> {
         Box::pin(self.quarantine.counts())
     }
-    fn quarantined<'a>(
-        &'a self,
-        consumer: Option<&'a str>,
-        status: Option<QuarantineStatus>,
-        class: Option<FailureClass>,
-        event_id: Option<&'a str>,
-        after_id: i64,
-        limit: u32,
-    ) -> Answer<'a, Vec<QuarantineRecord>> {
+    fn quarantined<'a>(&'a self, page: QuarantineQuery<'a>) -> Answer<'a, Vec<QuarantineRecord>> {
         Box::pin(async move {
-            let filter = QuarantineFilter {
-                event_id,
-                failure_class: class,
-                ..QuarantineFilter::default()
-            };
             self.quarantine
-                .entries(consumer, status, &filter, after_id, limit)
+                .entries(
+                    page.consumer,
+                    page.status,
+                    &page.filter,
+                    page.after_id,
+                    page.limit,
+                )
                 .await
         })
     }

@@ -74,7 +74,8 @@ fn bad(pointer: &str, keyword: &str, problem: &str) -> SchemaError {
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// How an error names the JSON kind of `value`: "a string", "an object", ...
+pub(super) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -11,6 +11,7 @@ use crate::row::outbox::{
 };
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Select};
+use crate::sql::{StatusTable, operations};
 
 use super::Outbox;
 
@@ -78,22 +79,11 @@ impl<DB: Backend> Outbox<DB> {
         event_type: Option<&str>,
         created: impl RangeBounds<DateTime<Utc>>,
     ) -> Result<StatusCounts, Error> {
-        let created = (created.start_bound().cloned(), created.end_bound().cloned());
         let mut conn = self.conn().await?;
-        let rows = crate::sql::status_counts::<DB>(
-            &mut conn,
-            &self.config.table,
-            "publish_status",
-            event_type,
-            created,
-        )
-        .await
-        .map_err(|e| self.db_error(e))?;
-        let mut counts = StatusCounts::default();
-        for (status, count) in rows {
-            counts.add(status, count);
-        }
-        Ok(counts)
+        let t = StatusTable::outbox(&self.config.table);
+        crate::sql::status_counts::<DB>(&mut conn, t, event_type, created)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// What a probe or an alert reads: pending, failed and expired-lease counts, and the age of
@@ -135,14 +125,10 @@ impl<DB: Backend> Outbox<DB> {
     /// and the published and cancelled rows last changed at or after `since`.
     pub async fn live_counts(&self, since: DateTime<Utc>) -> Result<StatusCounts, Error> {
         let mut conn = self.conn().await?;
-        crate::sql::operations::live_counts::<DB>(
-            &mut conn,
-            &self.config.table,
-            "publish_status",
-            since,
-        )
-        .await
-        .map_err(|e| self.db_error(e))
+        let t = StatusTable::outbox(&self.config.table);
+        operations::live_counts::<DB>(&mut conn, t, since)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// Failed events per topic (`by_topic`) or per event type, most first, at most `limit`.
@@ -153,15 +139,10 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<GroupCount>, Error> {
         let mut conn = self.conn().await?;
         let column = if by_topic { "topic" } else { "event_type" };
-        crate::sql::operations::failed_by::<DB>(
-            &mut conn,
-            &self.config.table,
-            "publish_status",
-            column,
-            i64::from(limit),
-        )
-        .await
-        .map_err(|e| self.db_error(e))
+        let t = StatusTable::outbox(&self.config.table);
+        operations::failed_by::<DB>(&mut conn, t, column, i64::from(limit))
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// Events published and events failed per minute since `since`, oldest minute first, by
@@ -169,14 +150,10 @@ impl<DB: Backend> Outbox<DB> {
     /// published later counts as published.
     pub async fn per_minute(&self, since: DateTime<Utc>) -> Result<Vec<MinuteCount>, Error> {
         let mut conn = self.conn().await?;
-        crate::sql::operations::per_minute::<DB>(
-            &mut conn,
-            &self.config.table,
-            "publish_status",
-            since,
-        )
-        .await
-        .map_err(|e| self.db_error(e))
+        let t = StatusTable::outbox(&self.config.table);
+        operations::per_minute::<DB>(&mut conn, t, since)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// The events each relay holds under lease (in progress), with when the leases expire: a

@@ -13,7 +13,7 @@ pub(crate) mod outbox;
 pub(crate) mod profile;
 
 use std::future::Future;
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 
 use chrono::{DateTime, Utc};
 
@@ -21,6 +21,7 @@ use crate::table::TableName;
 use dialect::{Backend, Columns, Sql};
 
 use crate::error::{connection_lost, rolled_back};
+use crate::row::outbox::StatusCounts;
 use crate::status::EventStatus;
 
 pub(crate) const PENDING: i16 = EventStatus::Pending.code();
@@ -107,27 +108,55 @@ where
     }
 }
 
-/// Row counts per status of `table` for rows created in `[from, to)`; `status_column` is
-/// `publish_status` or `event_status`.
+/// A table whose rows carry a status: the outbox (`publish_status`) or the message table
+/// (`event_status`). The dashboards' counts read either the same way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatusTable<'t> {
+    pub(crate) table: &'t TableName,
+    pub(crate) status_column: &'static str,
+}
+
+impl<'t> StatusTable<'t> {
+    /// The outbox table `table`.
+    pub(crate) fn outbox(table: &'t TableName) -> Self {
+        StatusTable {
+            table,
+            status_column: "publish_status",
+        }
+    }
+
+    /// The message table `table`.
+    pub(crate) fn messages(table: &'t TableName) -> Self {
+        StatusTable {
+            table,
+            status_column: "event_status",
+        }
+    }
+}
+
+/// Row counts per status of `t` for rows of `event_type` (or any) created within `created`.
 pub(crate) async fn status_counts<DB: Backend>(
     conn: &mut DB::Connection,
-    table: &TableName,
-    status_column: &'static str,
+    t: StatusTable<'_>,
     event_type: Option<&str>,
-    created: (Bound<DateTime<Utc>>, Bound<DateTime<Utc>>),
-) -> Result<Vec<(EventStatus, i64)>, sqlx::Error> {
+    created: impl RangeBounds<DateTime<Utc>>,
+) -> Result<StatusCounts, sqlx::Error> {
+    let StatusTable {
+        table,
+        status_column,
+    } = t;
     let mut q = Sql::<DB>::new(format!(
         "SELECT {status_column} AS status, COUNT(*) AS total_count FROM {table} WHERE deleted = 0"
     ));
     if let Some(event_type) = event_type {
         q.push(" AND event_type = ").bind(event_type);
     }
-    match created.0 {
+    match created.start_bound().cloned() {
         Bound::Included(from) => q.push(" AND create_time >= ").bind(from),
         Bound::Excluded(from) => q.push(" AND create_time > ").bind(from),
         Bound::Unbounded => &mut q,
     };
-    match created.1 {
+    match created.end_bound().cloned() {
         Bound::Included(to) => q.push(" AND create_time <= ").bind(to),
         Bound::Excluded(to) => q.push(" AND create_time < ").bind(to),
         Bound::Unbounded => &mut q,
@@ -135,10 +164,10 @@ pub(crate) async fn status_counts<DB: Backend>(
     q.push(format!(
         " GROUP BY {status_column} ORDER BY {status_column} ASC"
     ));
-    let mut counts = Vec::new();
+    let mut counts = StatusCounts::default();
     for row in q.fetch(conn).await? {
         let c = Columns::<DB>(&row);
-        counts.push((c.status("status")?, c.i64("total_count")?));
+        counts.add(c.status("status")?, c.i64("total_count")?);
     }
     Ok(counts)
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::dialect::{Backend, Columns, Dialect, Sql};
 use super::outbox::{COLUMNS, decode};
-use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED};
+use super::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, StatusTable};
 use crate::row::audit::{AuditEntry, Consumption, NewAuditEntry};
 use crate::row::outbox::{GroupCount, MinuteCount, OutboxRecord, OutboxSearch, StatusCounts};
 use crate::status::EventStatus;
@@ -70,10 +70,13 @@ pub(crate) async fn search<DB: Backend>(
 /// the table).
 pub(crate) async fn live_counts<DB: Backend>(
     conn: &mut DB::Connection,
-    table: &TableName,
-    status_column: &str,
+    t: StatusTable<'_>,
     since: DateTime<Utc>,
 ) -> Result<StatusCounts, sqlx::Error> {
+    let StatusTable {
+        table,
+        status_column,
+    } = t;
     let mut counts = StatusCounts::default();
     for code in [PENDING, IN_PROGRESS, FAILED, SUCCEEDED, CANCELLED] {
         let mut q = Sql::<DB>::new(format!(
@@ -96,11 +99,14 @@ pub(crate) async fn live_counts<DB: Backend>(
 /// Failed rows per value of `column` (`topic` or `event_type`), most first.
 pub(crate) async fn failed_by<DB: Backend>(
     conn: &mut DB::Connection,
-    table: &TableName,
-    status_column: &str,
+    t: StatusTable<'_>,
     column: &str,
     limit: i64,
 ) -> Result<Vec<GroupCount>, sqlx::Error> {
+    let StatusTable {
+        table,
+        status_column,
+    } = t;
     let mut q = Sql::<DB>::new(format!(
         "SELECT COALESCE({column}, '') AS k, COUNT(*) AS n FROM {table} \
          WHERE {status_column} = {FAILED} AND deleted = 0 \
@@ -131,10 +137,13 @@ fn epoch_minute(dialect: Dialect, column: &str) -> String {
 /// minutes with neither are left out.
 pub(crate) async fn per_minute<DB: Backend>(
     conn: &mut DB::Connection,
-    table: &TableName,
-    status_column: &str,
+    t: StatusTable<'_>,
     since: DateTime<Utc>,
 ) -> Result<Vec<MinuteCount>, sqlx::Error> {
+    let StatusTable {
+        table,
+        status_column,
+    } = t;
     let minute = epoch_minute(DB::DIALECT, "update_time");
     // Minute -> (published, failed), in order.
     let mut series: BTreeMap<i64, (i64, i64)> = BTreeMap::new();

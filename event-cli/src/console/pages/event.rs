@@ -5,9 +5,10 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
-use event_sqlx::{EventStatus, QuarantineRecord, QuarantineStatus};
+use event_sqlx::{EventStatus, QuarantineFilter, QuarantineRecord, QuarantineStatus};
 use serde::Deserialize;
 
+use crate::console::store::QuarantineQuery;
 use crate::console::view::{self, Row, When, link};
 
 use super::{Chrome, Fail, PAGE, Shared, chrome, given, render};
@@ -141,7 +142,11 @@ pub(crate) async fn event(
     };
     let entries = app
         .consumers
-        .quarantined(None, None, None, Some(no), 0, PAGE)
+        .quarantined(QuarantineQuery {
+            filter: QuarantineFilter::default().event_id(no),
+            limit: PAGE,
+            ..QuarantineQuery::default()
+        })
         .await
         .unwrap_or_default()
         .into_iter()

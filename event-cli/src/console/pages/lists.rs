@@ -5,9 +5,12 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use chrono::{DateTime, TimeDelta, Utc};
-use event_sqlx::{EventStatus, FailureClass, MessageRecord, QuarantineStatus, StatusCounts};
+use event_sqlx::{
+    EventStatus, FailureClass, MessageRecord, QuarantineFilter, QuarantineStatus, StatusCounts,
+};
 use serde::Deserialize;
 
+use crate::console::store::QuarantineQuery;
 use crate::console::view::{self, When, link};
 
 use super::{Chrome, Fail, PAGE, Shared, WINDOW_MINUTES, chrome, given, render};
@@ -60,14 +63,16 @@ pub(crate) async fn quarantine(
     let counts = app.consumers.quarantine_counts().await?;
     let mut entries = app
         .consumers
-        .quarantined(
+        .quarantined(QuarantineQuery {
             consumer,
             status,
-            class,
-            None,
-            params.after.unwrap_or(0),
-            PAGE + 1,
-        )
+            filter: QuarantineFilter {
+                failure_class: class,
+                ..QuarantineFilter::default()
+            },
+            after_id: params.after.unwrap_or(0),
+            limit: PAGE + 1,
+        })
         .await?;
     let mut next = None;
     if entries.len() > PAGE as usize {

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
+use crate::schema::validate::kind_of;
 use crate::schema::{MAX_DEPTH, SchemaError};
 
 use super::{ArrayNode, Common, Criterion, Kind, Node, NodeId, NumberNode, ObjectNode, StringNode};
@@ -521,17 +522,6 @@ impl Loader<'_> {
 pub(super) enum Built {
     Node(Box<Node>),
     Alias(NodeId),
-}
-
-pub(super) fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The range of the integer formats schemars writes for Rust's integer types.
