@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use event_sqlx::{
     BoxConsumer, ConsumeReport, Consumer, Delivered, Error, HandlerError, JetStreamSubscription,
-    Outbox, OutboxConfig, RelayConfig, Route,
+    RelayConfig,
 };
 use event_tests::any_broker::durable;
 use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, unique};
-use event_tests::fixtures::{Order, OrderPaid, OrderPlaced, commit_orders};
+use event_tests::fixtures::{Order, OrderPaid, OrderPlaced, commit_orders, placed_and_paid_to};
 use event_tests::wait;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
@@ -91,13 +91,7 @@ async fn a_boxed_consumer_is_returned_stored_and_spawned() {
     }
     let topic = unique("boxed");
     let stream = stream_for(&publisher, &topic).await.unwrap();
-    let route = |key: &str| Route::topic(topic.clone()).routing_key(key);
-    let outbox = Outbox::new(
-        pool.clone(),
-        OutboxConfig::new()
-            .route("ORDER_PLACED", route("order.placed"))
-            .route("ORDER_PAID", route("order.paid")),
-    );
+    let outbox = placed_and_paid_to(&pool, &topic);
     for i in 0..ORDERS {
         commit_orders(&outbox, [Order::paid(&format!("o-{i:02}"), 100)]).await;
     }

@@ -357,22 +357,14 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
     );
 }
 
-// Bound on PostgreSQL; the commit rules run again below with the one-trip path.
+// The commit rules on every backend, and on PostgreSQL twice: with the events bound as
+// parameters, and with them sent in the COMMIT's message (one trip).
 event_tests::on_every_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    postgres = postgres_with(CommitPath::Bound), mysql = TestDb::mysql(), sqlite = TestDb::sqlite();
-    state_and_events_commit_or_roll_back_together,
-    a_duplicate_event_no_is_absorbed_and_changes_nothing,
-    a_stale_aggregate_version_is_a_sequence_conflict,
-    a_sequence_conflict_names_the_row_that_conflicted,
-    a_command_applied_before_commits_nothing,
-    an_oversized_payload_is_rejected_and_nothing_is_written,
-);
-
-// The commit rules again on PostgreSQL, with the events sent in the COMMIT's message.
-event_tests::on_every_backend!(
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    postgres_one_trip = postgres_with(CommitPath::OneTrip);
+    postgres = postgres_with(CommitPath::Bound),
+    postgres_one_trip = postgres_with(CommitPath::OneTrip),
+    mysql = TestDb::mysql(),
+    sqlite = TestDb::sqlite();
     state_and_events_commit_or_roll_back_together,
     a_duplicate_event_no_is_absorbed_and_changes_nothing,
     a_stale_aggregate_version_is_a_sequence_conflict,

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, Outbox, OutboxConfig,
-    Processed, RelayConfig, Route,
+    Consumer, Delivered, FailureClass, HandlerError, JetStreamSubscription, Outbox, Processed,
+    RelayConfig,
 };
-use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
-use event_tests::db::{TestDb, reachable, unique};
-use event_tests::fixtures::{Order, OrderPaid, commit_orders};
+use event_tests::any_broker::{nats, rabbitmq};
+use event_tests::db::{TestDb, amqp_url, unique};
+use event_tests::fixtures::{Order, OrderPaid, commit_orders, placed_and_paid_to};
 use futures_util::StreamExt;
 
 const ORDERS: i64 = 10;
@@ -47,17 +47,36 @@ async fn invoice(
 /// ORDER_PLACED is out), and `ORDERS` orders placed and paid, each with its state and events in
 /// one transaction.
 async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sqlite> {
-    let route = |key: &str| Route::topic(topic).routing_key(key);
-    let outbox = Outbox::new(
-        pool.clone(),
-        OutboxConfig::new()
-            .route("ORDER_PLACED", route("order.placed"))
-            .route("ORDER_PAID", route("order.paid")),
-    );
+    let outbox = placed_and_paid_to(pool, topic);
     for i in 0..ORDERS {
         commit_orders(&outbox, [Order::paid(&format!("o-{i}"), 100 + i)]).await;
     }
     outbox
+}
+
+/// A drain of every order again applied nothing, counted each a duplicate, and left one invoice
+/// per order.
+async fn only_duplicates(report: &event_sqlx::ConsumeReport, pool: &sqlx::SqlitePool) {
+    assert_eq!(
+        (report.applied, report.duplicates),
+        (0, ORDERS as usize),
+        "{report:?}"
+    );
+    assert_eq!(
+        invoices(pool).await,
+        ORDERS,
+        "still exactly one invoice per order"
+    );
+}
+
+/// The billing service's database: SQLite with its `invoice` table.
+async fn billing_db() -> TestDb<sqlx::Sqlite> {
+    let db = TestDb::sqlite().await.unwrap();
+    sqlx::query("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    db
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,12 +84,8 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
     let Some(publisher) = nats().await else {
         return;
     };
-    let db = TestDb::sqlite().await.unwrap();
+    let db = billing_db().await;
     let pool = db.pool().clone();
-    sqlx::query("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
     let topic = unique("shop").replace('_', "-");
     let stream = stream_for(&publisher, &topic).await.unwrap();
     let outbox = order_service(&pool, &topic).await;
@@ -148,16 +163,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_jetstream() {
         .drain(&consumer, Duration::from_millis(1500))
         .await
         .unwrap();
-    assert_eq!(
-        (report.applied, report.duplicates),
-        (0, ORDERS as usize),
-        "{report:?}"
-    );
-    assert_eq!(
-        invoices(&pool).await,
-        ORDERS,
-        "still exactly one invoice per order"
-    );
+    only_duplicates(&report, &pool).await;
 
     // A poison message and an event the handler refuses are quarantined, and the rest goes on.
     publisher
@@ -292,17 +298,11 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     use lapin::options::{BasicGetOptions, QueueDeleteOptions};
     use lapin::types::ShortString;
 
-    let url = event_tests::db::amqp_url();
-    let Some(publisher) = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
-    else {
+    let Some(publisher) = rabbitmq().await else {
         return;
     };
-    let db = TestDb::sqlite().await.unwrap();
+    let db = billing_db().await;
     let pool = db.pool().clone();
-    sqlx::query("CREATE TABLE invoice (order_id TEXT PRIMARY KEY, amount_minor INTEGER NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
     let exchange = unique("shop").replace('_', "-");
     publisher.declare_exchange(&exchange).await.unwrap();
     let queue = format!("{exchange}-invoices");
@@ -317,7 +317,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     // A consumer takes three messages, commits their effects, and dies before acknowledging:
     // closing its channel returns them to the queue.
     {
-        let doomed = RabbitMqPublisher::connect(&url).await.unwrap();
+        let doomed = RabbitMqPublisher::connect(&amqp_url()).await.unwrap();
         let mut committed = 0;
         while committed < 3 {
             let got = doomed
@@ -348,7 +348,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
     assert_eq!(invoices(&pool).await, ORDERS);
 
     // Everything published again (relay replay): all duplicates.
-    let again = RabbitMqPublisher::connect(&url).await.unwrap();
+    let again = RabbitMqPublisher::connect(&amqp_url()).await.unwrap();
     let paid = Republish {
         event_type: Some("ORDER_PAID"),
         ..Republish::default()
@@ -359,16 +359,7 @@ async fn every_paid_order_gets_exactly_one_invoice_through_rabbitmq() {
         (ORDERS as usize, ORDERS as usize)
     );
     let report = subscription.drain(&consumer, idle).await.unwrap();
-    assert_eq!(
-        (report.applied, report.duplicates),
-        (0, ORDERS as usize),
-        "{report:?}"
-    );
-    assert_eq!(
-        invoices(&pool).await,
-        ORDERS,
-        "still exactly one invoice per order"
-    );
+    only_duplicates(&report, &pool).await;
 
     again
         .channel()

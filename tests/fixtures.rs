@@ -42,12 +42,32 @@ pub async fn commit_orders<DB: Backend>(
         .unwrap();
 }
 
+/// The message bodies a broker would carry for `uow`'s events: each envelope as JSON.
+pub fn bodies(uow: UnitOfWork) -> Vec<Vec<u8>> {
+    uow.commit()
+        .iter()
+        .map(|e| serde_json::to_vec(e).unwrap())
+        .collect()
+}
+
 /// An outbox on `pool` routing `ORDER_PLACED` to `topic`, routing key `order.placed`.
 pub fn orders_to<DB: Backend>(pool: &sqlx::Pool<DB>, topic: &str) -> Outbox<DB> {
     let route = event_sqlx::Route::topic(topic).routing_key("order.placed");
     Outbox::new(
         pool.clone(),
         event_sqlx::OutboxConfig::new().route("ORDER_PLACED", route),
+    )
+}
+
+/// An outbox on `pool` routing `ORDER_PLACED` and `ORDER_PAID` to `topic`, routing keys
+/// `order.placed` and `order.paid`.
+pub fn placed_and_paid_to<DB: Backend>(pool: &sqlx::Pool<DB>, topic: &str) -> Outbox<DB> {
+    let route = |key: &str| event_sqlx::Route::topic(topic).routing_key(key);
+    Outbox::new(
+        pool.clone(),
+        event_sqlx::OutboxConfig::new()
+            .route("ORDER_PLACED", route("order.placed"))
+            .route("ORDER_PAID", route("order.paid")),
     )
 }
 

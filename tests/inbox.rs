@@ -72,10 +72,7 @@ mod stale {
         }
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
         uow.collect(&mut order).unwrap();
-        uow.commit()
-            .iter()
-            .map(|e| serde_json::to_vec(e).unwrap())
-            .collect()
+        event_tests::fixtures::bodies(uow)
     }
 
     async fn older_events_are_refused_and_recorded<DB: Orders>(db: &TestDb<DB>) {
@@ -265,11 +262,7 @@ mod router {
         order.note("fragile");
         let mut uow = UnitOfWork::new(EventContext::new("order-service").tenant_id("acme"));
         uow.collect(&mut order).unwrap();
-        let bodies: Vec<Vec<u8>> = uow
-            .commit()
-            .iter()
-            .map(|e| serde_json::to_vec(e).unwrap())
-            .collect();
+        let bodies = event_tests::fixtures::bodies(uow);
 
         let seen = Mutex::new(Vec::new());
         let note = |what: String| seen.lock().unwrap().push(what);
@@ -339,11 +332,7 @@ mod batch {
             order.pay(100 + i).unwrap();
             uow.collect(&mut order).unwrap();
         }
-        let bodies: Vec<Vec<u8>> = uow
-            .commit()
-            .iter()
-            .map(|e| serde_json::to_vec(e).unwrap())
-            .collect();
+        let bodies = event_tests::fixtures::bodies(uow);
 
         let seen = Mutex::new(Vec::new());
         let note = |what: String| seen.lock().unwrap().push(what);
@@ -438,11 +427,7 @@ mod batch {
             uow.collect(&mut Order::place(&format!("b-{i}"), 100 + i).unwrap())
                 .unwrap();
         }
-        let bodies: Vec<Vec<u8>> = uow
-            .commit()
-            .iter()
-            .map(|e| serde_json::to_vec(e).unwrap())
-            .collect();
+        let bodies = event_tests::fixtures::bodies(uow);
         let calls = Mutex::new(Vec::new());
         let consumer = Consumer::new(db.pool().clone(), "bulk-billing", "1.0.0").on_batch(
             async |tx: &mut DB::Connection, placed: Vec<Delivered<OrderPlaced>>| {

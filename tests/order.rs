@@ -21,11 +21,7 @@ fn bodies() -> Vec<Vec<u8>> {
     let mut uow = UnitOfWork::new(EventContext::new("order-service"));
     uow.collect(&mut first).unwrap();
     uow.collect(&mut second).unwrap();
-    let envelopes: Vec<EventEnvelope> = uow.commit();
-    envelopes
-        .iter()
-        .map(|e| serde_json::to_vec(e).unwrap())
-        .collect()
+    event_tests::fixtures::bodies(uow)
 }
 
 const PLACED_1: usize = 0;

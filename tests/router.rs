@@ -37,26 +37,11 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
     };
     for i in 0..ORDERS {
         let mut order = Order::place(&format!("o-{i:02}"), 100).unwrap();
-        let mut uow = UnitOfWork::new(context(i));
-        uow.collect(&mut order).unwrap();
-        let _ = outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
+        commit(&outbox, context(i), &mut order).await;
         order.pay(100).unwrap();
-        let mut uow = UnitOfWork::new(context(i));
-        uow.collect(&mut order).unwrap();
-        let _ = outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
+        commit(&outbox, context(i), &mut order).await;
         order.note("leave at the door");
-        let mut uow = UnitOfWork::new(context(i));
-        uow.collect(&mut order).unwrap();
-        let _ = outbox
-            .commit(pool.begin().await.unwrap(), uow)
-            .await
-            .unwrap();
+        commit(&outbox, context(i), &mut order).await;
     }
     let mut payment = Payment {
         id: "p-1".into(),
@@ -67,13 +52,22 @@ async fn order_service(pool: &sqlx::SqlitePool, topic: &str) -> Outbox<sqlx::Sql
             payment_id: "p-1".into(),
         })
         .unwrap();
-    let mut uow = UnitOfWork::new(context(0));
-    uow.collect(&mut payment).unwrap();
+    commit(&outbox, context(0), &mut payment).await;
+    outbox
+}
+
+/// Commits what `aggregate` recorded as one command of `context`, in its own transaction.
+async fn commit(
+    outbox: &Outbox<sqlx::Sqlite>,
+    context: EventContext,
+    aggregate: &mut impl event_core::Aggregate,
+) {
+    let mut uow = UnitOfWork::new(context);
+    uow.collect(aggregate).unwrap();
     let _ = outbox
-        .commit(pool.begin().await.unwrap(), uow)
+        .commit(outbox.pool().begin().await.unwrap(), uow)
         .await
         .unwrap();
-    outbox
 }
 
 /// Records what a handler saw, in the order the handlers ran.

@@ -211,7 +211,12 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// `pairs` as an `application/x-www-form-urlencoded` body.
+/// The `name=value` of the session cookie a login response sets.
+fn session_cookie(headers: &[(String, String)]) -> String {
+    let set = header(headers, "set-cookie").expect("a login response sets the session cookie");
+    set.split(';').next().unwrap_or(set).to_owned()
+}
+
 /// A POST of `body` (a form) to `path` with the session `cookie`.
 async fn post(
     base: &str,
@@ -236,6 +241,7 @@ fn hidden(page: &str, name: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// `pairs` as an `application/x-www-form-urlencoded` body.
 fn form(pairs: &[(&str, &str)]) -> String {
     form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
@@ -511,12 +517,7 @@ async fn the_console_serves_operators<DB: Backend>(db: TestDb<DB>, name: &str) {
         let login = form(&[("user", "bob"), ("secret", TOKEN), ("next", "/")]);
         let (code, headers, _) = http(&base, "POST", "/login", None, Some(&login)).await;
         assert_eq!(code, 303);
-        let cookie = header(&headers, "set-cookie")
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
+        let cookie = session_cookie(&headers);
         let (_, _, page) = http(
             &base,
             "GET",
@@ -759,12 +760,7 @@ async fn mysql_pages_answer_and_bad_input_is_named() {
     let (code, headers, _) = http(&base, "POST", "/login", None, Some(&login)).await;
     assert_eq!(code, 303);
     assert_eq!(header(&headers, "location"), Some("/"));
-    let cookie = header(&headers, "set-cookie")
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = session_cookie(&headers);
 
     // The message table: a failed message retried, a pending one cancelled with a reason, under
     // the CLI's guards (a pending message is not retried), each audited.
