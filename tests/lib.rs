@@ -24,6 +24,8 @@ mod guide {
     struct Schema;
     #[doc = include_str!("../docs/src/outbox.md")]
     struct Outbox;
+    #[doc = include_str!("../docs/src/cloudevents.md")]
+    struct CloudEvents;
     #[doc = include_str!("../docs/src/testing.md")]
     struct Testing;
     #[doc = include_str!("../docs/src/operations.md")]

@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Args;
 use event_sqlx::{
     JsonLinesPublisher, KafkaPublisher, NatsPublisher, OutboxMessage, PublishError, Publisher,
-    RabbitMqPublisher,
+    RabbitMqPublisher, WireFormat,
 };
 
 /// The target and its broker options.
@@ -31,6 +31,17 @@ pub(crate) struct TargetArgs {
     /// Kafka: the partitions of each --topic created.
     #[arg(long, default_value_t = 3, requires = "topic")]
     pub(crate) partitions: i32,
+    /// The wire format on the broker: `envelope` (this toolkit's own JSON envelope and
+    /// headers), or a CloudEvents 1.0 event in `binary` mode (attributes as `ce-`/`ce_`
+    /// headers, the payload as the body) or `structured` mode (the whole event as
+    /// `application/cloudevents+json`). Subscriptions read all three.
+    #[arg(long, default_value = "envelope", value_name = "envelope|binary|structured", value_parser = wire_format)]
+    pub(crate) format: WireFormat,
+}
+
+fn wire_format(name: &str) -> Result<WireFormat, String> {
+    name.parse()
+        .map_err(|e: event_sqlx::UnknownWireFormat| e.to_string())
 }
 
 /// A publisher for any target of the command line.
@@ -57,7 +68,9 @@ impl Target {
                     "--stream, --subject-per-aggregate and --exchange do not go with a kafka:// publisher"
                 );
             }
-            let publisher = KafkaPublisher::connect(bootstrap.trim_end_matches('/')).await?;
+            let publisher = KafkaPublisher::connect(bootstrap.trim_end_matches('/'))
+                .await?
+                .wire_format(args.format);
             for topic in &args.topic {
                 publisher.ensure_topic(topic, args.partitions).await?;
             }
@@ -72,7 +85,8 @@ impl Target {
             }
             let publisher = NatsPublisher::connect(target)
                 .await?
-                .subject_per_aggregate(args.subject_per_aggregate);
+                .subject_per_aggregate(args.subject_per_aggregate)
+                .wire_format(args.format);
             if let Some(stream) = &args.stream {
                 publisher
                     .ensure_stream(stream, args.subject.clone())
@@ -84,7 +98,9 @@ impl Target {
             anyhow::bail!("--stream and --subject-per-aggregate go with a nats:// publisher");
         }
         if target.starts_with("amqp://") || target.starts_with("amqps://") {
-            let publisher = RabbitMqPublisher::connect(target).await?;
+            let publisher = RabbitMqPublisher::connect(target)
+                .await?
+                .wire_format(args.format);
             for exchange in &args.exchange {
                 publisher.declare_exchange(exchange).await?;
             }
@@ -92,6 +108,12 @@ impl Target {
         }
         if !args.exchange.is_empty() {
             anyhow::bail!("--exchange goes with an amqp:// publisher");
+        }
+        if args.format != WireFormat::Envelope {
+            anyhow::bail!(
+                "--format {} goes with a broker publisher (nats://, amqp://, kafka://); {target} writes envelopes",
+                args.format
+            );
         }
         Ok(Target::Lines(match target {
             "stdout" => JsonLinesPublisher::stdout(),

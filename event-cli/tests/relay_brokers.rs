@@ -251,3 +251,71 @@ async fn a_killed_relay_process_and_a_second_one_fill_the_kafka_topic() {
     .await;
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_format_publishes_cloudevents_and_names_its_values() {
+    let url = nats_url();
+    let Some(client) = reachable("NATS", &url, async_nats::connect(&url).await) else {
+        return;
+    };
+    let js = async_nats::jetstream::new(client);
+    let topic = unique("relay").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    let db = outbox_for(&topic).await;
+    let subjects = format!("{topic}.>");
+    let out = relay(
+        &db,
+        &url,
+        &["--until-idle", "--stream", &stream, "--subject", &subjects],
+    )
+    .args(["--format", "structured"])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(db.counts().await.succeeded, EVENTS as i64);
+    let first = js
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    let content_type = first
+        .headers
+        .get("content-type")
+        .map(|v| v.as_str().to_owned());
+    assert_eq!(
+        content_type.as_deref(),
+        Some("application/cloudevents+json; charset=UTF-8")
+    );
+    let event: serde_json::Value = serde_json::from_slice(&first.payload).unwrap();
+    assert_eq!(event["specversion"], "1.0");
+    assert_eq!(event["type"], "ORDER_PLACED");
+    js.delete_stream(&stream).await.unwrap();
+
+    // A format for a publisher that writes envelopes, and a format that does not exist.
+    let out = relay(&db, "stdout", &["--until-idle", "--format", "binary"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--format binary goes with a broker publisher"),
+        "{stderr}"
+    );
+    let out = relay(&db, "stdout", &["--format", "avro"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("unknown wire format `avro`: use envelope")
+            && stderr.contains("binary (CloudEvents binary mode)"),
+        "{stderr}"
+    );
+    db.cleanup().await;
+}

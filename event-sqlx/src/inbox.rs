@@ -138,7 +138,9 @@ impl<DB: Backend> Inbox<DB> {
 
     /// Refuses an event older than one already applied for the same aggregate (seed 003: keep a
     /// sequence per aggregate and reject regressive updates). For consumers that set state from
-    /// each event; a consumer that accumulates must see every event and leaves this off.
+    /// each event; a consumer that accumulates must see every event and leaves this off. An
+    /// event without a sequence (0: a CloudEvent from another producer without the `sequence`
+    /// extension) is never stale.
     pub fn reject_stale(mut self) -> Self {
         self.reject_stale = true;
         self
@@ -238,6 +240,7 @@ impl<DB: Backend> Inbox<DB> {
                     .map_err(db)?
                     .and_then(|last| u64::try_from(last).ok());
             if self.reject_stale
+                && envelope.aggregate_sequence > 0
                 && let Some(last) = last.filter(|&last| last > envelope.aggregate_sequence)
             {
                 tx.rollback().await.map_err(db)?;

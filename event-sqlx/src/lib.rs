@@ -6,7 +6,8 @@
 //   L3  outbox, message, inbox, quarantine,       one store per table family; where events go
 //       publisher, archive, reconcile
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
-//   L1  row, config, metrics                      rows as Rust values; settings; metric names
+//   L1  row, config, metrics, wire                rows as Rust values; settings; metric names;
+//                                                 the wire formats (envelope, CloudEvents)
 //   L0  status, table, clock, error               states, names, time, the error type
 
 mod clock;
@@ -17,6 +18,7 @@ mod table;
 mod config;
 pub mod metrics;
 mod row;
+pub mod wire;
 
 mod sql;
 
@@ -38,6 +40,7 @@ mod brokers;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, Error, HandlerError, UnreadableRow};
+pub use wire::{UnknownWireFormat, WireFormat};
 
 /// The old name of [`UnreadableRow`], which `event_core::RecordError` (recording an event on an
 /// aggregate) made ambiguous.

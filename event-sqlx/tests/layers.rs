@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("row", 1),
     ("config", 1),
     ("metrics", 1),
+    ("wire", 1),
     ("quarantine", 3),
     ("reconcile", 3),
     ("sql", 2),

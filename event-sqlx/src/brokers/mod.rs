@@ -100,6 +100,118 @@ pub(crate) fn payload(message: &OutboxMessage) -> Result<Vec<u8>, crate::publish
     })
 }
 
+/// How a broker's binding carries CloudEvents attributes in binary mode.
+#[allow(dead_code)] // used by whichever broker features are on
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// `ce_` headers, `content-type` header.
+    Kafka,
+    /// `ce-` headers, the `content_type` property.
+    Amqp,
+    /// `ce-` headers percent-encoded as on HTTP, `content-type` header.
+    Nats,
+}
+
+/// A message as a publisher sends it: body, headers (besides the broker's own deduplication
+/// id) and, on AMQP, the `content_type` property.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) struct Outbound {
+    pub(crate) body: Vec<u8>,
+    pub(crate) headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    pub(crate) content_type: Option<&'static str>,
+}
+
+/// `message` in `format`, as `binding` carries it; the publish failure of a message that
+/// cannot be serialized.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn outbound(
+    message: &OutboxMessage,
+    format: crate::wire::WireFormat,
+    binding: Binding,
+) -> Result<Outbound, crate::publisher::PublishError> {
+    use crate::wire::{JSON, STRUCTURED, WireFormat};
+    let fail = |e| crate::publisher::PublishError::with_source("cannot serialize the event", e);
+    let envelope = &message.envelope;
+    let header = |content_type: &str| match binding {
+        Binding::Amqp => None,
+        Binding::Kafka | Binding::Nats => Some(("content-type".into(), content_type.to_owned())),
+    };
+    let traceparent = envelope
+        .headers
+        .traceparent
+        .as_ref()
+        .map(|t| ("traceparent".into(), t.clone()));
+    Ok(match format {
+        WireFormat::Envelope => Outbound {
+            body: payload(message)?,
+            headers: event_headers(message)
+                .into_iter()
+                .map(|(name, value)| (name.into(), value))
+                .collect(),
+            content_type: (binding == Binding::Amqp).then_some(JSON),
+        },
+        WireFormat::CloudEventsBinary => {
+            let prefix = if binding == Binding::Kafka {
+                "ce_"
+            } else {
+                "ce-"
+            };
+            let mut headers: Vec<(std::borrow::Cow<'static, str>, String)> =
+                crate::wire::attributes(envelope)
+                    .into_iter()
+                    .map(|(name, value)| {
+                        let value = match binding {
+                            Binding::Nats => crate::wire::percent_encode(&value).into_owned(),
+                            Binding::Kafka | Binding::Amqp => value,
+                        };
+                        (format!("{prefix}{name}").into(), value)
+                    })
+                    .collect();
+            headers.extend(header(JSON));
+            headers.extend(traceparent);
+            Outbound {
+                body: serde_json::to_vec(&envelope.payload).map_err(fail)?,
+                headers,
+                content_type: Some(JSON),
+            }
+        }
+        WireFormat::CloudEventsStructured => {
+            let content_type = match binding {
+                Binding::Amqp => STRUCTURED,
+                Binding::Kafka | Binding::Nats => "application/cloudevents+json; charset=UTF-8",
+            };
+            Outbound {
+                body: crate::wire::structured(envelope).map_err(fail)?,
+                headers: header(content_type)
+                    .into_iter()
+                    .chain(traceparent)
+                    .collect(),
+                content_type: Some(content_type),
+            }
+        }
+    })
+}
+
+/// A received message's binary-mode attributes: the headers named `prefix` + attribute
+/// (any case, any of `prefixes`), names lowercased and stripped, values as `value` reads them.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) fn ce_attributes<'h>(
+    headers: impl IntoIterator<Item = (&'h str, String)>,
+    prefixes: &[&str],
+) -> Vec<(String, String)> {
+    headers
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let lower = name.to_ascii_lowercase();
+            prefixes
+                .iter()
+                .find_map(|p| lower.strip_prefix(p))
+                .filter(|attribute| !attribute.is_empty())
+                .map(|attribute| (attribute.to_owned(), value))
+        })
+        .collect()
+}
+
 /// The headers every transport carries, besides the broker's own deduplication id.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, String)> {
@@ -119,7 +231,8 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
 }
 
 /// Processes one batch of broker messages with `consumer` ([`Consumer::receive_batch`]) and
-/// counts the outcomes in `report`; `body` and `id` read each message's body and broker id.
+/// counts the outcomes in `report`; `inbound` reads each message's body and what a CloudEvent
+/// needs of its headers (any wire format is read), `id` its broker id.
 /// Returns, per message, whether it came early: give those back, acknowledge the others. On
 /// `Err`, acknowledge none of them.
 ///
@@ -128,7 +241,7 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
 pub(crate) async fn receive_batch<DB, R, M>(
     consumer: &crate::consumer::Consumer<DB, R>,
     messages: &[M],
-    body: impl Fn(&M) -> &[u8],
+    inbound: impl Fn(&M) -> crate::wire::Inbound<'_>,
     id: impl Fn(&M) -> Option<String>,
     report: &mut ConsumeReport,
 ) -> Result<Vec<bool>, crate::error::Error>
@@ -136,16 +249,43 @@ where
     DB: crate::sql::dialect::Backend,
     R: crate::route::Routes<DB>,
 {
+    use crate::wire::Decoded;
     let ids: Vec<Option<String>> = messages.iter().map(id).collect();
-    let received: Vec<crate::consumer::Received<'_>> = messages
+    let now = consumer.now();
+    let decoded: Vec<(&[u8], Decoded<'_>)> = messages
         .iter()
-        .zip(&ids)
-        .map(|(m, id)| crate::consumer::Received {
-            body: body(m),
-            message_id: id.as_deref(),
+        .map(|m| {
+            let inbound = inbound(m);
+            (inbound.body, inbound.decode(now))
         })
         .collect();
-    let outcomes = consumer.receive_batch(&received).await?;
+    let mut outcomes: Vec<Option<crate::consumer::Processed>> = vec![None; messages.len()];
+    let mut received = Vec::with_capacity(messages.len());
+    let mut at = Vec::with_capacity(messages.len());
+    for (i, ((raw, decoded), id)) in decoded.iter().zip(&ids).enumerate() {
+        let body: &[u8] = match decoded {
+            Decoded::Envelope(body) => body,
+            Decoded::CloudEvent(json) => json,
+            Decoded::Invalid(reason) => {
+                let processed = consumer
+                    .quarantine_unreadable(id.as_deref(), raw, reason.clone())
+                    .await?;
+                outcomes[i] = Some(processed);
+                continue;
+            }
+        };
+        received.push(crate::consumer::Received {
+            body,
+            message_id: id.as_deref(),
+        });
+        at.push(i);
+    }
+    if !received.is_empty() {
+        for (i, outcome) in at.into_iter().zip(consumer.receive_batch(&received).await?) {
+            outcomes[i] = Some(outcome);
+        }
+    }
+    let outcomes: Vec<crate::consumer::Processed> = outcomes.into_iter().flatten().collect();
     for outcome in &outcomes {
         report.count(outcome);
     }

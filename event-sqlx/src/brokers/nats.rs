@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
-use super::event_headers;
+use super::Binding;
 use crate::consumer::Consumer;
 use crate::error::{BoxError, Error};
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::route::Routes;
 use crate::sql::dialect::Backend;
+use crate::wire::{Inbound, WireFormat, percent_decode};
 
 /// Publishes to NATS JetStream on the subject `<topic>.<routing_key>` (either alone when the other
 /// is unset), with `Nats-Msg-Id` = event number, so that the stream drops a duplicate published
@@ -31,6 +32,7 @@ pub struct NatsPublisher {
     address: String,
     per_aggregate: bool,
     ack_timeout: Duration,
+    format: WireFormat,
 }
 
 impl NatsPublisher {
@@ -48,6 +50,7 @@ impl NatsPublisher {
             address: address.to_owned(),
             per_aggregate: false,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
+            format: WireFormat::Envelope,
         })
     }
 
@@ -58,6 +61,14 @@ impl NatsPublisher {
     pub fn ack_timeout(mut self, timeout: Duration) -> NatsPublisher {
         std::sync::Arc::make_mut(&mut self.jetstream).set_timeout(timeout);
         self.ack_timeout = timeout;
+        self
+    }
+
+    /// Publishes in `format`: this toolkit's envelope (the default) or a CloudEvent in binary
+    /// mode (`ce-` headers, percent-encoded as on HTTP) or structured mode (see
+    /// [`WireFormat`]). Subscriptions read every format.
+    pub fn wire_format(mut self, format: WireFormat) -> NatsPublisher {
+        self.format = format;
         self
     }
 
@@ -150,18 +161,19 @@ impl NatsPublisher {
         let work = async {
             let mut acks = FuturesUnordered::new();
             for (at, message) in messages.iter().enumerate() {
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Nats-Msg-Id", message.message_id.as_str());
-                for (name, value) in event_headers(message) {
-                    headers.insert(name, value.as_str());
-                }
-                let payload = match super::payload(message) {
-                    Ok(payload) => payload,
+                let outbound = match super::outbound(message, self.format, Binding::Nats) {
+                    Ok(outbound) => outbound,
                     Err(e) => {
                         results[at] = Some(Err(e));
                         continue;
                     }
                 };
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", message.message_id.as_str());
+                for (name, value) in &outbound.headers {
+                    headers.insert(name.as_ref(), value.as_str());
+                }
+                let payload = outbound.body;
                 match self
                     .jetstream
                     .publish_with_headers(self.subject(message), headers, payload.into())
@@ -384,7 +396,30 @@ impl JetStreamSubscription {
             let processed = super::receive_batch(
                 consumer,
                 &chunk,
-                |m| &m.payload,
+                |m| Inbound {
+                    body: &m.payload,
+                    content_type: m.headers.as_ref().and_then(|h| {
+                        h.iter()
+                            .find(|(name, _)| {
+                                AsRef::<str>::as_ref(*name).eq_ignore_ascii_case("content-type")
+                            })
+                            .and_then(|(_, values)| values.first())
+                            .map(|v| v.as_str().to_owned())
+                    }),
+                    attributes: m
+                        .headers
+                        .as_ref()
+                        .map(|h| {
+                            super::ce_attributes(
+                                h.iter().filter_map(|(name, values)| {
+                                    let value = values.first()?;
+                                    Some((name.as_ref(), percent_decode(value.as_str())))
+                                }),
+                                &["ce-"],
+                            )
+                        })
+                        .unwrap_or_default(),
+                },
                 |m| {
                     m.headers
                         .as_ref()

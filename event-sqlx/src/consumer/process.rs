@@ -49,26 +49,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
         let envelope: EventEnvelope = match serde_json::from_slice(body) {
             Ok(envelope) => envelope,
             Err(e) => {
-                let id = message_id
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| digest(body));
-                ::metrics::counter!(
-                    metrics::CONSUMER_EVENTS,
-                    "consumer" => self.name().to_owned(),
-                    "event_type" => "",
-                    "outcome" => "quarantined"
-                )
-                .increment(1);
-                return self
-                    .quarantine(
-                        id,
-                        None,
-                        body,
-                        FailureClass::Permanent,
-                        format!("not an event envelope: {e}"),
-                        1,
-                    )
-                    .await;
+                let reason = format!("not an event envelope: {e}");
+                return self.quarantine_unreadable(message_id, body, reason).await;
             }
         };
         let span = tracing::info_span!(
@@ -95,6 +77,33 @@ impl<DB: Backend, R> Consumer<DB, R> {
                 .record(started.elapsed().as_secs_f64());
         }
         outcome
+    }
+
+    /// Quarantines a body that cannot be read as an event, as a permanent failure for `reason`,
+    /// named by the broker's `message_id` or else a digest of the body.
+    pub(crate) async fn quarantine_unreadable(
+        &self,
+        message_id: Option<&str>,
+        body: &[u8],
+        reason: String,
+    ) -> Result<Processed, Error> {
+        let id = message_id
+            .map(str::to_owned)
+            .unwrap_or_else(|| digest(body));
+        ::metrics::counter!(
+            metrics::CONSUMER_EVENTS,
+            "consumer" => self.name().to_owned(),
+            "event_type" => "",
+            "outcome" => "quarantined"
+        )
+        .increment(1);
+        self.quarantine(id, None, body, FailureClass::Permanent, reason, 1)
+            .await
+    }
+
+    /// The time on the consumer's clock.
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inbox.now()
     }
 
     /// Handles a readable envelope: ignored, applied, a duplicate, stale, early, or

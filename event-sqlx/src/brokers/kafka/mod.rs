@@ -10,9 +10,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::event_headers;
+use super::Binding;
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
+use crate::wire::WireFormat;
 
 mod subscription;
 
@@ -47,6 +48,7 @@ pub struct KafkaPublisher {
     config: ClientConfig,
     address: String,
     delivery_timeout: Duration,
+    format: WireFormat,
 }
 
 impl std::fmt::Debug for KafkaPublisher {
@@ -124,7 +126,17 @@ impl KafkaPublisher {
             config,
             address: bootstrap.to_owned(),
             delivery_timeout,
+            format: WireFormat::Envelope,
         })
+    }
+
+    /// Publishes in `format`: this toolkit's envelope (the default) or a CloudEvent in binary
+    /// mode (`ce_` headers and `content-type`, as the CloudEvents Kafka binding says) or
+    /// structured mode (see [`WireFormat`]). The key stays the aggregate id, the CloudEvents
+    /// `partitionkey`. Subscriptions read every format.
+    pub fn wire_format(mut self, format: WireFormat) -> KafkaPublisher {
+        self.format = format;
+        self
     }
 
     /// Creates the topic `name` with `partitions` partitions (replication factor 1 on a
@@ -209,8 +221,8 @@ impl Publisher for KafkaPublisher {
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let topic = Self::topic(message);
-            let payload = match super::payload(message) {
-                Ok(payload) => payload,
+            let outbound = match super::outbound(message, self.format, Binding::Kafka) {
+                Ok(outbound) => outbound,
                 Err(e) => {
                     pending.push(Err(e));
                     continue;
@@ -220,15 +232,15 @@ impl Publisher for KafkaPublisher {
                 key: "messageId",
                 value: Some(message.message_id.as_str()),
             });
-            for (name, value) in event_headers(message) {
+            for (name, value) in &outbound.headers {
                 headers = headers.insert(Header {
-                    key: name,
+                    key: name.as_ref(),
                     value: Some(value.as_str()),
                 });
             }
             let record = FutureRecord::to(&topic)
                 .key(message.envelope.aggregate_id.as_str())
-                .payload(&payload)
+                .payload(&outbound.body)
                 .headers(headers);
             pending.push(match producer.send_result(record) {
                 Ok(delivery) => Ok(delivery),

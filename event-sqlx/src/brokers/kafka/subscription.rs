@@ -202,7 +202,7 @@ impl KafkaSubscription {
             let early = match crate::brokers::receive_batch(
                 consumer,
                 &batch,
-                |m| m.payload().unwrap_or_default(),
+                inbound,
                 message_id,
                 &mut report,
             )
@@ -249,14 +249,8 @@ impl KafkaSubscription {
             return Ok(());
         }
         let messages = std::mem::take(&mut held.messages);
-        let early = crate::brokers::receive_batch(
-            consumer,
-            &messages,
-            |m| m.payload().unwrap_or_default(),
-            message_id,
-            report,
-        )
-        .await;
+        let early =
+            crate::brokers::receive_batch(consumer, &messages, inbound, message_id, report).await;
         let early = match early {
             Ok(early) => early,
             Err(e) => {
@@ -302,6 +296,26 @@ impl KafkaSubscription {
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             tracing::warn!(consumer = consumer.name(), error = %e, "could not commit Kafka offsets; the next batch commits them");
         }
+    }
+}
+
+/// What a CloudEvent needs of a record: its value, the `content-type` header and the
+/// attributes of its `ce_` headers.
+pub(super) fn inbound(message: &impl Message) -> crate::wire::Inbound<'_> {
+    let headers = message.headers();
+    let text = |v: Option<&[u8]>| String::from_utf8_lossy(v.unwrap_or_default()).into_owned();
+    crate::wire::Inbound {
+        body: message.payload().unwrap_or_default(),
+        content_type: headers.and_then(|h| {
+            h.iter()
+                .find(|h| h.key.eq_ignore_ascii_case("content-type"))
+                .map(|h| text(h.value))
+        }),
+        attributes: headers
+            .map(|h| {
+                crate::brokers::ce_attributes(h.iter().map(|h| (h.key, text(h.value))), &["ce_"])
+            })
+            .unwrap_or_default(),
     }
 }
 

@@ -8,8 +8,9 @@ use lapin::{
 
 use std::time::Duration;
 
-use super::event_headers;
+use super::Binding;
 use crate::error::BoxError;
+use crate::wire::WireFormat;
 
 use crate::error::Error;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
@@ -45,6 +46,7 @@ pub struct RabbitMqPublisher {
     suspect: std::sync::Arc<std::sync::atomic::AtomicBool>,
     address: String,
     confirm_timeout: Duration,
+    format: WireFormat,
 }
 
 /// The connection and the confirming channel publishes go through.
@@ -79,6 +81,7 @@ impl RabbitMqPublisher {
             suspect: std::sync::Arc::default(),
             address: address.to_owned(),
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
+            format: WireFormat::Envelope,
         })
     }
 
@@ -88,6 +91,14 @@ impl RabbitMqPublisher {
     /// ([`PublishError::unavailable`]).
     pub fn confirm_timeout(mut self, timeout: Duration) -> RabbitMqPublisher {
         self.confirm_timeout = timeout;
+        self
+    }
+
+    /// Publishes in `format`: this toolkit's envelope (the default) or a CloudEvent in binary
+    /// mode (`ce-` headers and the `content_type` property, as the CloudEvents SDKs' RabbitMQ
+    /// binding) or structured mode (see [`WireFormat`]). Subscriptions read every format.
+    pub fn wire_format(mut self, format: WireFormat) -> RabbitMqPublisher {
+        self.format = format;
         self
     }
 
@@ -264,25 +275,28 @@ impl Publisher for RabbitMqPublisher {
         let work = async {
             let mut confirms = FuturesUnordered::new();
             for (at, message) in messages.iter().enumerate() {
-                let mut headers = FieldTable::default();
-                for (name, value) in event_headers(message) {
-                    headers.insert(
-                        ShortString::from(name),
-                        AMQPValue::LongString(LongString::from(value)),
-                    );
-                }
-                let properties = BasicProperties::default()
-                    .with_message_id(ShortString::from(message.message_id.as_str()))
-                    .with_content_type(ShortString::from("application/json"))
-                    .with_delivery_mode(2)
-                    .with_headers(headers);
-                let payload = match super::payload(message) {
-                    Ok(payload) => payload,
+                let outbound = match super::outbound(message, self.format, Binding::Amqp) {
+                    Ok(outbound) => outbound,
                     Err(e) => {
                         results[at] = Some(Err(e));
                         continue;
                     }
                 };
+                let mut headers = FieldTable::default();
+                for (name, value) in outbound.headers {
+                    headers.insert(
+                        ShortString::from(name.as_ref()),
+                        AMQPValue::LongString(LongString::from(value)),
+                    );
+                }
+                let properties = BasicProperties::default()
+                    .with_message_id(ShortString::from(message.message_id.as_str()))
+                    .with_content_type(ShortString::from(
+                        outbound.content_type.unwrap_or(crate::wire::JSON),
+                    ))
+                    .with_delivery_mode(2)
+                    .with_headers(headers);
+                let payload = outbound.body;
                 match link
                     .channel
                     .basic_publish(

@@ -235,7 +235,7 @@ impl RabbitMqSubscription {
         let processed = crate::brokers::receive_batch(
             consumer,
             batch,
-            |d| &d.data,
+            inbound,
             |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
             report,
         )
@@ -315,5 +315,51 @@ impl Drop for RabbitMqSubscription {
                     .await;
             });
         }
+    }
+}
+
+/// What a CloudEvent needs of a delivery: its body, `content_type` and the attributes of its
+/// `ce-` headers (or the AMQP binding's `cloudEvents:` and `cloudEvents_`).
+fn inbound(delivery: &lapin::message::Delivery) -> crate::wire::Inbound<'_> {
+    use lapin::types::AMQPValue;
+    let headers = delivery.properties.headers().as_ref();
+    let attributes = headers
+        .map(|table| {
+            crate::brokers::ce_attributes(
+                table.inner().iter().filter_map(|(name, value)| {
+                    let value = match value {
+                        AMQPValue::LongString(v) => {
+                            String::from_utf8_lossy(v.as_bytes()).into_owned()
+                        }
+                        AMQPValue::ShortString(v) => v.as_str().to_owned(),
+                        AMQPValue::Boolean(v) => v.to_string(),
+                        AMQPValue::ShortShortInt(v) => v.to_string(),
+                        AMQPValue::ShortShortUInt(v) => v.to_string(),
+                        AMQPValue::ShortInt(v) => v.to_string(),
+                        AMQPValue::ShortUInt(v) => v.to_string(),
+                        AMQPValue::LongInt(v) => v.to_string(),
+                        AMQPValue::LongUInt(v) => v.to_string(),
+                        AMQPValue::LongLongInt(v) => v.to_string(),
+                        AMQPValue::Timestamp(seconds) => chrono::DateTime::from_timestamp(
+                            i64::try_from(*seconds).unwrap_or(i64::MAX),
+                            0,
+                        )?
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        _ => return None,
+                    };
+                    Some((name.as_str(), value))
+                }),
+                &["ce-", "cloudevents:", "cloudevents_"],
+            )
+        })
+        .unwrap_or_default();
+    crate::wire::Inbound {
+        body: &delivery.data,
+        content_type: delivery
+            .properties
+            .content_type()
+            .as_ref()
+            .map(|t| t.as_str().to_owned()),
+        attributes,
     }
 }
