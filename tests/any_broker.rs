@@ -4,7 +4,7 @@
 use event_sqlx::{
     Backend, ConsumeReport, Consumer, Error, JetStreamSubscription, KafkaPublisher,
     KafkaSubscription, NatsPublisher, OutboxMessage, PublishError, Publisher, RabbitMqPublisher,
-    RabbitMqSubscription, Routes,
+    RabbitMqSubscription, Routes, WireFormat,
 };
 
 /// One of the three brokers' publishers.
@@ -24,6 +24,17 @@ impl Publisher for AnyPublisher {
             AnyPublisher::Nats(p) => p.publish(messages).await,
             AnyPublisher::Rabbit(p) => p.publish(messages).await,
             AnyPublisher::Kafka(p) => p.publish(messages).await,
+        }
+    }
+}
+
+impl AnyPublisher {
+    /// The same publisher, publishing in `format`.
+    pub fn wire_format(self, format: WireFormat) -> AnyPublisher {
+        match self {
+            AnyPublisher::Nats(p) => AnyPublisher::Nats(p.wire_format(format)),
+            AnyPublisher::Rabbit(p) => AnyPublisher::Rabbit(p.wire_format(format)),
+            AnyPublisher::Kafka(p) => AnyPublisher::Kafka(p.wire_format(format)),
         }
     }
 }
@@ -51,6 +62,19 @@ impl AnySubscription {
             AnySubscription::Nats(s) => s.run(consumer, shutdown).await,
             AnySubscription::Rabbit(s) => s.run(consumer, shutdown).await,
             AnySubscription::Kafka(s) => s.run(consumer, shutdown).await,
+        }
+    }
+
+    /// The subscription's `drain`: processes messages until none arrives for `idle`.
+    pub async fn drain<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+    ) -> Result<ConsumeReport, Error> {
+        match self {
+            AnySubscription::Nats(s) => s.drain(consumer, idle).await,
+            AnySubscription::Rabbit(s) => s.drain(consumer, idle).await,
+            AnySubscription::Kafka(s) => s.drain(consumer, idle).await,
         }
     }
 }
@@ -96,6 +120,49 @@ pub async fn nats() -> Option<NatsPublisher> {
 pub async fn rabbitmq() -> Option<RabbitMqPublisher> {
     let url = crate::db::amqp_url();
     crate::db::reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await)
+}
+
+/// A publisher on the Kafka-protocol broker of `EVENT_TEST_KAFKA_URL`; `None` (the test skips)
+/// when it is unreachable, unless services are required.
+pub async fn kafka() -> Option<KafkaPublisher> {
+    let url = crate::db::kafka_url();
+    crate::db::reachable("Kafka", &url, KafkaPublisher::connect(&url).await)
+}
+
+/// Deletes the RabbitMQ queue `queue`.
+pub async fn delete_queue(publisher: &RabbitMqPublisher, queue: &str) {
+    publisher
+        .channel()
+        .queue_delete(
+            lapin::types::ShortString::from(queue),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Takes one message off the RabbitMQ queue `queue` (acknowledged), if there is one.
+pub async fn get_one(
+    publisher: &RabbitMqPublisher,
+    queue: &str,
+) -> Option<lapin::message::Delivery> {
+    let options = lapin::options::BasicGetOptions { no_ack: true };
+    let queue = lapin::types::ShortString::from(queue);
+    let got = publisher.channel().basic_get(queue, options).await.unwrap();
+    got.map(|m| m.delivery)
+}
+
+/// The first message of the JetStream stream `stream`.
+pub async fn first_message(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+) -> async_nats::jetstream::message::StreamMessage {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap()
 }
 
 /// How many messages the JetStream stream `stream` holds.

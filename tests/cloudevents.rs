@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher, KafkaSubscription,
-    Outbox, RabbitMqSubscription, RelayConfig, WireFormat,
+    Consumer, Delivered, HandlerError, KafkaSubscription, Outbox, RabbitMqSubscription,
+    RelayConfig, WireFormat,
 };
-use event_tests::any_broker::{durable, nats, rabbitmq, stream_for};
-use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, reachable, unique};
+use event_tests::any_broker::{
+    AnyPublisher, AnySubscription, delete_queue, durable, kafka, nats, rabbitmq, stream_for,
+};
+use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced, placed_and_paid_to};
 use serde_json::{Value, json};
 
@@ -185,17 +187,13 @@ fn python_events(format: WireFormat) -> (String, Vec<String>) {
         }));
         ids.push(id);
     }
+    // The required attributes and a subject: nothing of this toolkit's.
     let foreign = format!("foreign-{mode}");
-    lines.push(json!({
-        "attributes": {
-            "specversion": "1.0",
-            "id": foreign,
-            "source": "https://legacy.example/checkout",
-            "type": "ORDER_PLACED",
-            "subject": format!("legacy-{mode}"),
-        },
-        "data": {"order_id": format!("legacy-{mode}"), "amount_minor": 9},
-    }));
+    let legacy = format!("legacy-{mode}");
+    let attributes = json!({"specversion": "1.0", "id": foreign, "type": "ORDER_PLACED",
+        "source": "https://legacy.example/checkout", "subject": legacy});
+    let data = json!({"order_id": legacy, "amount_minor": 9});
+    lines.push(json!({"attributes": attributes, "data": data}));
     ids.push(foreign);
     let stdin = lines.iter().map(|l| format!("{l}\n")).collect();
     (stdin, ids)
@@ -277,9 +275,13 @@ async fn consumed_once(db: &TestDb<sqlx::Sqlite>, format: WireFormat, ids: &[Str
     }
 }
 
-/// Drains `drain` until `want` events were applied, and then once more to see the copies come
-/// in as duplicates.
-async fn drain_all<F: AsyncFn() -> event_sqlx::ConsumeReport>(drain: F, want: usize) -> usize {
+/// Drains `subscription` until `want` events were applied and `want` copies came in as
+/// duplicates; returns how many were applied.
+async fn drain_all<R: event_sqlx::Routes<sqlx::Sqlite>>(
+    subscription: &AnySubscription,
+    consumer: &Consumer<sqlx::Sqlite, R>,
+    want: usize,
+) -> usize {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut applied = 0;
     let mut duplicates = 0;
@@ -288,7 +290,10 @@ async fn drain_all<F: AsyncFn() -> event_sqlx::ConsumeReport>(drain: F, want: us
             tokio::time::Instant::now() < deadline,
             "applied {applied} and {duplicates} duplicates of {want} within a minute"
         );
-        let report = drain().await;
+        let report = subscription
+            .drain(consumer, Duration::from_millis(500))
+            .await
+            .unwrap();
         assert_eq!(report.quarantined, 0, "{report:?}");
         applied += report.applied;
         duplicates += report.duplicates;
@@ -296,280 +301,205 @@ async fn drain_all<F: AsyncFn() -> event_sqlx::ConsumeReport>(drain: F, want: us
     applied
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_reads_what_the_relay_published_on_jetstream() {
-    let (Some(script), Some(publisher)) = (peer(), nats().await) else {
-        return;
-    };
-    for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
+/// One broker's side of a test: the publisher, and where the peer reads and publishes.
+struct Target {
+    broker: &'static str,
+    url: String,
+    topic: String,
+    publisher: AnyPublisher,
+    /// NATS: the topic's stream.
+    stream: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Broker {
+    Nats,
+    RabbitMq,
+    Kafka,
+}
+
+impl Target {
+    /// The broker's publisher and a fresh topic (stream, exchange) on it; `None` (the test
+    /// skips) when the broker is unreachable, unless services are required.
+    async fn open(broker: Broker) -> Option<Target> {
         let topic = unique("ce").replace('_', "-");
-        let stream = stream_for(&publisher, &topic).await.unwrap();
-        let outbox = committed(&db, &topic).await;
-        let relay = outbox.relay(
-            publisher.clone().wire_format(format),
-            RelayConfig::new("relay"),
-        );
-        relay.drain().await.unwrap();
-        let count = (2 * ORDERS).to_string();
-        let read = run_peer(
-            &script,
-            &[
-                "read",
-                "--broker",
-                "nats",
-                "--url",
-                &nats_url(),
-                "--mode",
-                mode_name(format),
-                "--stream",
-                &stream,
-                "--subject",
-                &format!("{topic}.>"),
-                "--count",
-                &count,
+        Some(match broker {
+            Broker::Nats => {
+                let publisher = nats().await?;
+                let stream = stream_for(&publisher, &topic).await.unwrap();
+                Target {
+                    broker: "nats",
+                    url: nats_url(),
+                    topic,
+                    publisher: AnyPublisher::Nats(publisher),
+                    stream: Some(stream),
+                }
+            }
+            Broker::RabbitMq => {
+                let publisher = rabbitmq().await?;
+                publisher.declare_exchange(&topic).await.unwrap();
+                Target {
+                    broker: "rabbitmq",
+                    url: amqp_url(),
+                    topic,
+                    publisher: AnyPublisher::Rabbit(publisher),
+                    stream: None,
+                }
+            }
+            Broker::Kafka => {
+                let publisher = kafka().await?;
+                publisher.ensure_topic(&topic, 1).await.unwrap();
+                Target {
+                    broker: "kafka",
+                    url: kafka_url(),
+                    topic,
+                    publisher: AnyPublisher::Kafka(publisher),
+                    stream: None,
+                }
+            }
+        })
+    }
+
+    /// A subscription named `name` to every order event of the topic (on RabbitMQ, the queue
+    /// `<topic>-<name>`, bound before anything is published).
+    async fn subscription(&self, name: &str) -> AnySubscription {
+        match &self.publisher {
+            AnyPublisher::Nats(p) => AnySubscription::Nats(
+                durable(
+                    p,
+                    self.stream.as_deref().unwrap(),
+                    name,
+                    &format!("{}.>", self.topic),
+                )
+                .await,
+            ),
+            AnyPublisher::Rabbit(p) => AnySubscription::Rabbit(
+                RabbitMqSubscription::bind(p, &self.topic, &self.queue(name), "order.*")
+                    .await
+                    .unwrap(),
+            ),
+            AnyPublisher::Kafka(_) => AnySubscription::Kafka(
+                KafkaSubscription::subscribe(&self.url, name, &[&self.topic])
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+
+    fn queue(&self, name: &str) -> String {
+        format!("{}-{name}", self.topic)
+    }
+
+    /// The peer's arguments for `action` in `format`: where it reads what the subscription
+    /// `name` receives, or where it publishes placed orders.
+    fn peer_args(&self, action: &str, format: WireFormat, name: &str) -> Vec<String> {
+        let mut args: Vec<String> = [action, "--broker", self.broker, "--url", &self.url]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend(["--mode".to_owned(), mode_name(format).to_owned()]);
+        let place: Vec<String> = match (self.broker, action) {
+            ("nats", "read") => vec![
+                "--stream".into(),
+                self.stream.clone().unwrap(),
+                "--subject".into(),
+                format!("{}.>", self.topic),
             ],
-            None,
-        )
-        .await;
+            ("nats", _) => vec!["--subject".into(), format!("{}.order.placed", self.topic)],
+            ("rabbitmq", "read") => vec!["--queue".into(), self.queue(name)],
+            ("rabbitmq", _) => vec![
+                "--exchange".into(),
+                self.topic.clone(),
+                "--routing-key".into(),
+                "order.placed".into(),
+            ],
+            _ => vec!["--topic".into(), self.topic.clone()],
+        };
+        args.extend(place);
+        args
+    }
+
+    async fn close(self, name: &str) {
+        match &self.publisher {
+            AnyPublisher::Nats(p) => {
+                let stream = self.stream.as_deref().unwrap();
+                p.jetstream().delete_stream(stream).await.unwrap();
+            }
+            AnyPublisher::Rabbit(p) => delete_queue(p, &self.queue(name)).await,
+            AnyPublisher::Kafka(_) => {}
+        }
+    }
+}
+
+/// The peer, a fresh topic on `broker` and a fresh SQLite database; `None` (the test skips) when
+/// Python or the broker is missing, unless services are required.
+async fn open(broker: Broker) -> Option<(PathBuf, Target, TestDb<sqlx::Sqlite>)> {
+    let script = peer()?;
+    let target = Target::open(broker).await?;
+    Some((script, target, TestDb::sqlite().await.unwrap()))
+}
+
+/// On `broker`, in both modes: the relay publishes, Python reads every attribute, extension
+/// and the data back.
+async fn python_reads(broker: Broker) {
+    for format in MODES {
+        let Some((script, target, db)) = open(broker).await else {
+            return;
+        };
+        // On RabbitMQ, the queue Python reads from.
+        let _queue = target.subscription("python").await;
+        let outbox = committed(&db, &target.topic).await;
+        let publisher = target.publisher.clone().wire_format(format);
+        let relay = outbox.relay(publisher, RelayConfig::new("relay"));
+        relay.drain().await.unwrap();
+        let mut args = target.peer_args("read", format, "python");
+        args.extend(["--count".to_owned(), (2 * ORDERS).to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let read = run_peer(&script, &args, None).await;
         read_back(&outbox, &read, format).await;
-        publisher.jetstream().delete_stream(&stream).await.unwrap();
+        target.close("python").await;
         db.cleanup().await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jetstream_consumes_what_python_published_once_each() {
-    let (Some(script), Some(publisher)) = (peer(), nats().await) else {
-        return;
-    };
+/// On `broker`, in both modes: Python publishes each event twice, the subscription applies it
+/// once.
+async fn python_publishes(broker: Broker) {
     for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
+        let Some((script, target, db)) = open(broker).await else {
+            return;
+        };
         let consumer = recorder(&db).await;
-        let topic = unique("ce").replace('_', "-");
-        let stream = stream_for(&publisher, &topic).await.unwrap();
-        let subscription: JetStreamSubscription =
-            durable(&publisher, &stream, "python-orders", &format!("{topic}.>")).await;
+        let subscription = target.subscription("python-orders").await;
         let (stdin, ids) = python_events(format);
-        let subject = format!("{topic}.order.placed");
-        let args = [
-            "publish",
-            "--broker",
-            "nats",
-            "--url",
-            &nats_url(),
-            "--mode",
-            mode_name(format),
-            "--subject",
-            &subject,
-        ];
+        let args = target.peer_args("publish", format, "python-orders");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // Twice: the second copy of each is a duplicate the inbox absorbs.
         run_peer(&script, &args, Some(stdin.clone())).await;
         run_peer(&script, &args, Some(stdin)).await;
-        let applied = drain_all(
-            async || {
-                subscription
-                    .drain(&consumer, Duration::from_millis(300))
-                    .await
-                    .unwrap()
-            },
-            ids.len(),
-        )
-        .await;
+        let applied = drain_all(&subscription, &consumer, ids.len()).await;
         assert_eq!(applied, ids.len());
         consumed_once(&db, format, &ids).await;
-        publisher.jetstream().delete_stream(&stream).await.unwrap();
+        target.close("python-orders").await;
         db.cleanup().await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_reads_what_the_relay_published_on_rabbitmq() {
-    let (Some(script), Some(publisher)) = (peer(), rabbitmq().await) else {
-        return;
-    };
-    for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
-        let exchange = unique("ce").replace('_', "-");
-        publisher.declare_exchange(&exchange).await.unwrap();
-        let queue = format!("{exchange}-python");
-        let _bound = RabbitMqSubscription::bind(&publisher, &exchange, &queue, "order.*")
-            .await
-            .unwrap();
-        let outbox = committed(&db, &exchange).await;
-        let relay = outbox.relay(
-            publisher.clone().wire_format(format),
-            RelayConfig::new("relay"),
-        );
-        relay.drain().await.unwrap();
-        let count = (2 * ORDERS).to_string();
-        let read = run_peer(
-            &script,
-            &[
-                "read",
-                "--broker",
-                "rabbitmq",
-                "--url",
-                &amqp_url(),
-                "--mode",
-                mode_name(format),
-                "--queue",
-                &queue,
-                "--count",
-                &count,
-            ],
-            None,
-        )
-        .await;
-        read_back(&outbox, &read, format).await;
-        delete_queue(&publisher, &queue).await;
-        db.cleanup().await;
-    }
+/// A test per broker and direction, each running its scenario on two worker threads.
+macro_rules! scenarios {
+    ($($test:ident => $scenario:ident($broker:ident)),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            $scenario(Broker::$broker).await;
+        }
+    )*};
 }
 
-async fn delete_queue(publisher: &event_sqlx::RabbitMqPublisher, queue: &str) {
-    publisher
-        .channel()
-        .queue_delete(
-            lapin::types::ShortString::from(queue),
-            lapin::options::QueueDeleteOptions::default(),
-        )
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rabbitmq_consumes_what_python_published_once_each() {
-    let (Some(script), Some(publisher)) = (peer(), rabbitmq().await) else {
-        return;
-    };
-    for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
-        let consumer = recorder(&db).await;
-        let exchange = unique("ce").replace('_', "-");
-        publisher.declare_exchange(&exchange).await.unwrap();
-        let queue = format!("{exchange}-orders");
-        let subscription = RabbitMqSubscription::bind(&publisher, &exchange, &queue, "order.*")
-            .await
-            .unwrap();
-        let (stdin, ids) = python_events(format);
-        let args = [
-            "publish",
-            "--broker",
-            "rabbitmq",
-            "--url",
-            &amqp_url(),
-            "--mode",
-            mode_name(format),
-            "--exchange",
-            &exchange,
-            "--routing-key",
-            "order.placed",
-        ];
-        run_peer(&script, &args, Some(stdin.clone())).await;
-        run_peer(&script, &args, Some(stdin)).await;
-        let applied = drain_all(
-            async || {
-                subscription
-                    .drain(&consumer, Duration::from_millis(300))
-                    .await
-                    .unwrap()
-            },
-            ids.len(),
-        )
-        .await;
-        assert_eq!(applied, ids.len());
-        consumed_once(&db, format, &ids).await;
-        delete_queue(&publisher, &queue).await;
-        db.cleanup().await;
-    }
-}
-
-/// A publisher on the Kafka-protocol broker of `EVENT_TEST_KAFKA_URL`; `None` (the test skips)
-/// when it is unreachable, unless services are required.
-async fn kafka() -> Option<KafkaPublisher> {
-    let url = kafka_url();
-    reachable("Kafka", &url, KafkaPublisher::connect(&url).await)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_reads_what_the_relay_published_on_kafka() {
-    let (Some(script), Some(publisher)) = (peer(), kafka().await) else {
-        return;
-    };
-    for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
-        let topic = unique("ce").replace('_', "-");
-        publisher.ensure_topic(&topic, 1).await.unwrap();
-        let outbox = committed(&db, &topic).await;
-        let relay = outbox.relay(
-            publisher.clone().wire_format(format),
-            RelayConfig::new("relay"),
-        );
-        relay.drain().await.unwrap();
-        let count = (2 * ORDERS).to_string();
-        let read = run_peer(
-            &script,
-            &[
-                "read",
-                "--broker",
-                "kafka",
-                "--url",
-                &kafka_url(),
-                "--mode",
-                mode_name(format),
-                "--topic",
-                &topic,
-                "--count",
-                &count,
-            ],
-            None,
-        )
-        .await;
-        read_back(&outbox, &read, format).await;
-        db.cleanup().await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_consumes_what_python_published_once_each() {
-    let (Some(script), Some(publisher)) = (peer(), kafka().await) else {
-        return;
-    };
-    for format in MODES {
-        let db = TestDb::sqlite().await.unwrap();
-        let consumer = recorder(&db).await;
-        let topic = unique("ce").replace('_', "-");
-        publisher.ensure_topic(&topic, 1).await.unwrap();
-        let subscription = KafkaSubscription::subscribe(&kafka_url(), "python-orders", &[&topic])
-            .await
-            .unwrap();
-        let (stdin, ids) = python_events(format);
-        let args = [
-            "publish",
-            "--broker",
-            "kafka",
-            "--url",
-            &kafka_url(),
-            "--mode",
-            mode_name(format),
-            "--topic",
-            &topic,
-        ];
-        run_peer(&script, &args, Some(stdin.clone())).await;
-        run_peer(&script, &args, Some(stdin)).await;
-        let applied = drain_all(
-            async || {
-                subscription
-                    .drain(&consumer, Duration::from_millis(500))
-                    .await
-                    .unwrap()
-            },
-            ids.len(),
-        )
-        .await;
-        assert_eq!(applied, ids.len());
-        consumed_once(&db, format, &ids).await;
-        db.cleanup().await;
-    }
+scenarios! {
+    python_reads_what_the_relay_published_on_jetstream => python_reads(Nats),
+    python_reads_what_the_relay_published_on_rabbitmq => python_reads(RabbitMq),
+    python_reads_what_the_relay_published_on_kafka => python_reads(Kafka),
+    jetstream_consumes_what_python_published_once_each => python_publishes(Nats),
+    rabbitmq_consumes_what_python_published_once_each => python_publishes(RabbitMq),
+    kafka_consumes_what_python_published_once_each => python_publishes(Kafka),
 }

@@ -7,8 +7,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use event_core::{EventEnvelope, EventHeaders, EventNo};
 use event_sqlx::{Consumer, Delivered, HandlerError, OutboxMessage, Publisher, QuarantineFilter};
-use event_tests::any_broker::{durable, nats, rabbitmq, stream_for};
-use event_tests::db::{TestDb, kafka_url, reachable, unique};
+use event_tests::any_broker::{
+    delete_queue, durable, first_message, get_one, kafka, nats, rabbitmq, stream_for,
+};
+use event_tests::db::{TestDb, kafka_url, unique};
 use event_tests::fixtures::OrderPlaced;
 
 /// One event, every field fixed.
@@ -101,13 +103,7 @@ async fn the_default_format_on_jetstream_is_byte_for_byte_what_it_was() {
     let results = publisher.publish(&[pinned(&topic)]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let js = publisher.jetstream();
-    let message = js
-        .get_stream(&stream)
-        .await
-        .unwrap()
-        .get_raw_message(1)
-        .await
-        .unwrap();
+    let message = first_message(js, &stream).await;
     assert_eq!(std::str::from_utf8(&message.payload).unwrap(), BODY);
     let headers = message
         .headers
@@ -126,8 +122,7 @@ async fn the_default_format_on_jetstream_is_byte_for_byte_what_it_was() {
 
 #[tokio::test]
 async fn the_default_format_on_rabbitmq_is_byte_for_byte_what_it_was() {
-    use lapin::options::{BasicGetOptions, QueueDeleteOptions};
-    use lapin::types::{AMQPValue, ShortString};
+    use lapin::types::AMQPValue;
     let Some(publisher) = rabbitmq().await else {
         return;
     };
@@ -139,16 +134,7 @@ async fn the_default_format_on_rabbitmq_is_byte_for_byte_what_it_was() {
         .unwrap();
     let results = publisher.publish(&[pinned(&exchange)]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    let got = publisher
-        .channel()
-        .basic_get(
-            ShortString::from(queue.as_str()),
-            BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap()
-        .expect("the message");
-    let delivery = got.delivery;
+    let delivery = get_one(&publisher, &queue).await.expect("the message");
     assert_eq!(std::str::from_utf8(&delivery.data).unwrap(), BODY);
     let p = &delivery.properties;
     assert_eq!(
@@ -174,14 +160,7 @@ async fn the_default_format_on_rabbitmq_is_byte_for_byte_what_it_was() {
     let mut expected = expected_headers(("", ""));
     expected.retain(|(n, _)| !n.is_empty());
     assert_eq!(sorted(headers), expected);
-    publisher
-        .channel()
-        .queue_delete(
-            ShortString::from(queue.as_str()),
-            QueueDeleteOptions::default(),
-        )
-        .await
-        .unwrap();
+    delete_queue(&publisher, &queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,14 +168,10 @@ async fn the_default_format_on_kafka_is_byte_for_byte_what_it_was() {
     use rdkafka::Message;
     use rdkafka::consumer::{Consumer as _, StreamConsumer};
     use rdkafka::message::Headers;
-    let url = kafka_url();
-    let Some(publisher) = reachable(
-        "Kafka",
-        &url,
-        event_sqlx::KafkaPublisher::connect(&url).await,
-    ) else {
+    let Some(publisher) = kafka().await else {
         return;
     };
+    let url = kafka_url();
     let topic = unique("pin").replace('_', "-");
     publisher.ensure_topic(&topic, 1).await.unwrap();
     let results = publisher.publish(&[pinned(&topic)]).await;

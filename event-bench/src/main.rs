@@ -15,6 +15,7 @@ mod schema;
 mod settle;
 mod sql;
 mod throughput;
+mod wire;
 
 use std::path::PathBuf;
 
@@ -76,7 +77,12 @@ struct Args {
     /// (comma-separated), in memory and on an SQLite file (benches/results/settle.json).
     #[arg(long, value_delimiter = ',')]
     settle: Option<Vec<usize>>,
-    /// With --throughput: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
+    /// Instead of the outbox: the cost of each wire format (the envelope, CloudEvents binary and
+    /// structured) in a relay's drain and a batched consumer, a backlog of this many events per
+    /// broker and format (benches/results/wire-formats.json).
+    #[arg(long)]
+    wire_formats: Option<usize>,
+    /// With --throughput or --wire-formats: which brokers (`all`, or a comma-separated list of nats, rabbitmq,
     /// kafka).
     #[arg(long, default_value = "all")]
     brokers: String,
@@ -111,6 +117,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(events) = args.throughput {
         return throughput::run(events, &args.brokers).await;
+    }
+    if let Some(events) = args.wire_formats {
+        return wire::run(events, &args.brokers).await;
     }
     if let Some(sizes) = &args.settle {
         return settle::run(sizes).await;

@@ -125,14 +125,14 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
 
 /// A database with the consumer's table, an outbox routing orders to `topic`, a publisher and
 /// a subscription with `batch`.
-struct Setup {
-    db: TestDb<Postgres>,
-    outbox: Outbox<Postgres>,
-    publisher: AnyPublisher,
-    subscription: AnySubscription,
+pub(crate) struct Setup {
+    pub(crate) db: TestDb<Postgres>,
+    pub(crate) outbox: Outbox<Postgres>,
+    pub(crate) publisher: AnyPublisher,
+    pub(crate) subscription: AnySubscription,
 }
 
-async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
+pub(crate) async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
     let db = TestDb::postgres()
         .await
         .context("PostgreSQL is unreachable")?;
@@ -244,7 +244,7 @@ fn consumer(
 }
 
 /// The same consumer with a batch handler: one multi-row INSERT for the invoices of a batch.
-fn batch_consumer(
+pub(crate) fn batch_consumer(
     pool: &sqlx::PgPool,
     applied: Arc<AtomicUsize>,
 ) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
@@ -295,19 +295,9 @@ async fn run_until_applied<R: Routes<Postgres>>(
     let consuming = s.subscription.run(consumer, wait_stop(stopped.clone()));
     let watch = async {
         produce.await?;
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while applied.load(Ordering::Relaxed) < target {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{} of {target} applied after 10 minutes",
-                applied.load(Ordering::Relaxed)
-            );
-            // Polling the handler's counter, with the deadline above.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let elapsed = started.elapsed();
+        let elapsed = until_applied(applied, target, started).await;
         let _ = stop.send(true);
-        Ok::<_, anyhow::Error>(elapsed)
+        elapsed
     };
     let (_, consumed, elapsed) = tokio::join!(relaying, consuming, watch);
     consumed?;
@@ -321,8 +311,28 @@ async fn run_until_applied<R: Routes<Postgres>>(
     elapsed
 }
 
+/// Waits until the handler's counter `applied` reaches `target` (at most ten minutes); the
+/// time since `started`.
+pub(crate) async fn until_applied(
+    applied: &AtomicUsize,
+    target: usize,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while applied.load(Ordering::Relaxed) < target {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} of {target} applied after 10 minutes",
+            applied.load(Ordering::Relaxed)
+        );
+        // Polling the handler's counter, with the deadline above.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(started.elapsed())
+}
+
 /// Commits `events` orders in transactions of 1000 before anything runs.
-async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Result<()> {
+pub(crate) async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Result<()> {
     for chunk in (0..events).collect::<Vec<_>>().chunks(1000) {
         let mut uow = UnitOfWork::new(EventContext::new("bench"));
         for i in chunk {

@@ -72,6 +72,9 @@ enum SchemaCommand {
     /// Check a snapshot directory: each event's newest version against its history, and
     /// (with --against) snapshots removed or edited since a git revision.
     Check(schema::CheckArgs),
+    /// Write the AsyncAPI 3.0 document of a service's events from its snapshot directory: every
+    /// event type and version, channels from the routes, the wire format's headers.
+    Asyncapi(schema::AsyncApiArgs),
     /// Print the JSON schema of the event envelope, the shape every transport and table carries.
     Envelope {
         /// Write it to this file instead of standard output.
@@ -122,6 +125,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Console(args) => console::run(args).await,
         Command::Schema(SchemaCommand::Diff(args)) => schema::diff(args),
         Command::Schema(SchemaCommand::Check(args)) => schema::check(args),
+        Command::Schema(SchemaCommand::Asyncapi(args)) => schema::asyncapi(args),
         Command::Schema(SchemaCommand::Envelope { out }) => {
             let schema = event_core::EventEnvelope::json_schema();
             let text = serde_json::to_string_pretty(&schema)? + "\n";
@@ -132,5 +136,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand's arguments are consistent (unique names, valid defaults): clap checks
+    /// this only when a subcommand runs, so check them all here.
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -235,3 +235,74 @@ fn short(value: &Value) -> String {
         text
     }
 }
+
+/// `eventctl schema asyncapi`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AsyncApiArgs {
+    /// The snapshot directory, holding DIR/EVENT_TYPE/vN.json: every version of every event.
+    #[arg(long, default_value = "schemas")]
+    dir: PathBuf,
+    /// The service's name, the document's title.
+    #[arg(long)]
+    title: String,
+    /// The service's version, the document's `info.version`.
+    #[arg(long, default_value = "1.0.0")]
+    service_version: String,
+    /// The broker: nats, amqp (RabbitMQ) or kafka.
+    #[arg(long, default_value = "nats", value_parser = |s: &str| s.parse::<event_sqlx::asyncapi::Protocol>())]
+    protocol: event_sqlx::asyncapi::Protocol,
+    /// The wire format the relay publishes (`eventctl relay --format`): envelope, binary or
+    /// structured.
+    #[arg(long, default_value = "envelope", value_parser = |s: &str| s.parse::<event_sqlx::WireFormat>().map_err(|e| e.to_string()))]
+    format: event_sqlx::WireFormat,
+    /// A route, as the outbox has it: EVENT_TYPE=TOPIC or EVENT_TYPE=TOPIC:ROUTING_KEY (repeat
+    /// for more). Event types without one take the default route (`<aggregate>.event`, the
+    /// type in lowercase with dots).
+    #[arg(long, value_name = "EVENT_TYPE=TOPIC[:KEY]")]
+    route: Vec<String>,
+    /// The broker's address, `host:port`, written as the document's server.
+    #[arg(long)]
+    server: Option<String>,
+    /// Write the document to this file instead of standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Writes the AsyncAPI document of the snapshots; exit 0, or 2 on bad input.
+pub(crate) fn asyncapi(args: AsyncApiArgs) -> anyhow::Result<ExitCode> {
+    use event_sqlx::asyncapi::AsyncApi;
+    if !args.dir.is_dir() {
+        anyhow::bail!(
+            "{} is not a directory of snapshots (<dir>/<EVENT_TYPE>/v<N>.json)",
+            args.dir.display()
+        );
+    }
+    let mut config = event_sqlx::OutboxConfig::new();
+    for route in &args.route {
+        let Some((event_type, target)) = route.split_once('=') else {
+            anyhow::bail!(
+                "--route {route}: write EVENT_TYPE=TOPIC or EVENT_TYPE=TOPIC:ROUTING_KEY"
+            );
+        };
+        let route = match target.split_once(':') {
+            Some((topic, key)) => event_sqlx::Route::topic(topic).routing_key(key),
+            None => event_sqlx::Route::topic(target),
+        };
+        config = config.route(event_type, route);
+    }
+    let mut document = AsyncApi::new(&args.title, &args.service_version)
+        .protocol(args.protocol)
+        .format(args.format)
+        .snapshots(&args.dir);
+    if let Some(server) = &args.server {
+        document = document.server(server);
+    }
+    let document = document.document(&config)?;
+    let text = serde_json::to_string_pretty(&document)? + "\n";
+    match args.out {
+        Some(path) => std::fs::write(&path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -34,6 +34,12 @@ fn relay(db: &TestDb<sqlx::Sqlite>, publisher: &str, extra: &[&str]) -> Command 
     command
 }
 
+/// Asserts that the relay process exited 0, showing its stderr if not.
+fn succeeded(out: &std::process::Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+}
+
 /// Starts a relay that publishes slowly, waits until `published()` says it got going, and
 /// kills it (SIGKILL) while it holds leases.
 async fn start_and_kill(
@@ -80,24 +86,40 @@ fn finish(db: &TestDb<sqlx::Sqlite>, publisher: &str) {
     )
     .output()
     .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
+}
+
+/// A JetStream context, the stream of a fresh topic (created by the relay under test) and its
+/// subjects, the NATS URL, and an outbox of `EVENTS` orders routed to the topic; `None` when
+/// NATS is unreachable (the test skips).
+async fn jetstream_outbox() -> Option<(
+    async_nats::jetstream::Context,
+    String,
+    String,
+    String,
+    TestDb<sqlx::Sqlite>,
+)> {
+    let url = nats_url();
+    let client = reachable("NATS", &url, async_nats::connect(&url).await)?;
+    let topic = unique("relay").replace('_', "-");
+    let stream = topic.replace('-', "_").to_uppercase();
+    let subjects = format!("{topic}.>");
+    let db = outbox_for(&topic).await;
+    Some((
+        async_nats::jetstream::new(client),
+        stream,
+        subjects,
+        url,
+        db,
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_relay_process_and_a_second_one_fill_the_jetstream_stream() {
-    let url = nats_url();
-    let Some(client) = reachable("NATS", &url, async_nats::connect(&url).await) else {
+    let Some((js, stream, subjects, url, db)) = jetstream_outbox().await else {
         return;
     };
-    let js = async_nats::jetstream::new(client);
-    let topic = unique("relay").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    let db = outbox_for(&topic).await;
-    let subjects = format!("{topic}.>");
+    let js = &js;
     let extra = ["--stream", stream.as_str(), "--subject", subjects.as_str()];
     let messages = async || -> usize {
         match js.get_stream(&stream).await {
@@ -254,15 +276,10 @@ async fn a_killed_relay_process_and_a_second_one_fill_the_kafka_topic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_format_publishes_cloudevents_and_names_its_values() {
-    let url = nats_url();
-    let Some(client) = reachable("NATS", &url, async_nats::connect(&url).await) else {
+    let Some((js, stream, subjects, url, db)) = jetstream_outbox().await else {
         return;
     };
-    let js = async_nats::jetstream::new(client);
-    let topic = unique("relay").replace('_', "-");
-    let stream = topic.replace('-', "_").to_uppercase();
-    let db = outbox_for(&topic).await;
-    let subjects = format!("{topic}.>");
+    let js = &js;
     let out = relay(
         &db,
         &url,
@@ -271,19 +288,9 @@ async fn relay_format_publishes_cloudevents_and_names_its_values() {
     .args(["--format", "structured"])
     .output()
     .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(db.counts().await.succeeded, EVENTS as i64);
-    let first = js
-        .get_stream(&stream)
-        .await
-        .unwrap()
-        .get_raw_message(1)
-        .await
-        .unwrap();
+    let first = event_tests::any_broker::first_message(js, &stream).await;
     let content_type = first
         .headers
         .get("content-type")

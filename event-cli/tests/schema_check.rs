@@ -184,3 +184,62 @@ fn bad_snapshots_exit_2_and_name_the_file() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn schema_asyncapi_writes_every_snapshot_version_on_its_route() {
+    let repo = std::env::temp_dir().join(format!("schema-asyncapi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&repo);
+    let dir = repo.join("schemas/ORDER_PAID");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (version, fields) in [(1, &["order_id"][..]), (2, &["order_id", "currency"][..])] {
+        let file = dir.join(format!("v{version}.json"));
+        std::fs::write(file, snapshot(fields, &["order_id"], false)).unwrap();
+    }
+    let args = [
+        "schema",
+        "asyncapi",
+        "--title",
+        "order-service",
+        "--protocol",
+        "amqp",
+        "--format",
+        "binary",
+        "--route",
+        "ORDER_PAID=orders:order.paid",
+    ];
+    let (code, out) = run(&repo, &args);
+    assert_eq!(code, 0, "{out}");
+    let document: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let channel = &document["channels"]["orders-order_paid"];
+    assert_eq!(channel["address"], "order.paid");
+    assert_eq!(channel["bindings"]["amqp"]["exchange"]["name"], "orders");
+    let messages: Vec<&String> = channel["messages"].as_object().unwrap().keys().collect();
+    assert_eq!(messages, ["ORDER_PAID-v1", "ORDER_PAID-v2"]);
+    let payload = &document["components"]["messages"]["ORDER_PAID-v2"]["payload"];
+    assert_eq!(payload["properties"]["currency"]["type"], "string");
+    assert!(payload.get("x-event-snapshot").is_none(), "{payload}");
+
+    let (code, out) = run(
+        &repo,
+        &[
+            "schema",
+            "asyncapi",
+            "--title",
+            "s",
+            "--route",
+            "ORDER_PAID",
+        ],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("write EVENT_TYPE=TOPIC or EVENT_TYPE=TOPIC:ROUTING_KEY"),
+        "{out}"
+    );
+    let (code, out) = run(
+        &repo,
+        &["schema", "asyncapi", "--title", "s", "--protocol", "mqtt"],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("use nats, amqp (RabbitMQ) or kafka"), "{out}");
+    let _ = std::fs::remove_dir_all(&repo);
+}

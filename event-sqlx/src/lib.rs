@@ -4,7 +4,8 @@
 //   L5  brokers                                   NATS JetStream, RabbitMQ, Kafka
 //   L4  relay, worker, consumer, route            loops that claim, publish, handle
 //   L3  outbox, message, inbox, quarantine,       one store per table family; where events go
-//       publisher, archive, reconcile
+//       publisher, archive, reconcile,
+//       asyncapi                                  the AsyncAPI document of the routes
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
 //   L1  row, config, metrics, wire                rows as Rust values; settings; metric names;
 //                                                 the wire formats (envelope, CloudEvents)
@@ -23,6 +24,7 @@ pub mod wire;
 mod sql;
 
 mod archive;
+pub mod asyncapi;
 mod audit;
 mod inbox;
 mod message;

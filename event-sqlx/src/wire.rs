@@ -81,13 +81,13 @@ pub enum WireFormat {
     /// The envelope's JSON as the body, the event's metadata as headers (`eventId`,
     /// `eventType`, ...): this toolkit's own format, and the default.
     #[default]
-    Envelope,
+    Envelope = 0,
     /// CloudEvents binary content mode: the attributes as headers, the payload's JSON as the
     /// body.
-    CloudEventsBinary,
+    CloudEventsBinary = 1,
     /// CloudEvents structured content mode: the whole event, attributes and data, as one JSON
     /// object in the body (`application/cloudevents+json`).
-    CloudEventsStructured,
+    CloudEventsStructured = 2,
 }
 
 impl WireFormat {
@@ -96,11 +96,7 @@ impl WireFormat {
 
     /// The format's name: `envelope`, `binary` or `structured`.
     pub fn name(self) -> &'static str {
-        match self {
-            WireFormat::Envelope => "envelope",
-            WireFormat::CloudEventsBinary => "binary",
-            WireFormat::CloudEventsStructured => "structured",
-        }
+        Self::NAMES[self as usize]
     }
 }
 
@@ -320,12 +316,7 @@ fn read_structured(
     body: &[u8],
     now: DateTime<Utc>,
 ) -> Result<EventEnvelope, String> {
-    let media = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let media = media_type(content_type);
     match media.as_str() {
         STRUCTURED => {}
         "application/cloudevents-batch+json" => {
@@ -392,18 +383,19 @@ fn read_binary(
     envelope(attributes, payload, now)
 }
 
+/// The media type of a content type, lowercased, without its parameters (`; charset=...`).
+fn media_type(content_type: &str) -> String {
+    let media = content_type.split(';').next().unwrap_or_default();
+    media.trim().to_ascii_lowercase()
+}
+
 /// Whether data of `content_type` is JSON: absent, `application/json`, `text/json` or any
 /// `+json` type.
 fn json_content(content_type: Option<&str>) -> Result<(), String> {
     let Some(content_type) = content_type else {
         return Ok(());
     };
-    let media = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let media = media_type(content_type);
     if media == JSON || media == "text/json" || media.ends_with("+json") {
         Ok(())
     } else {
@@ -527,32 +519,19 @@ mod tests {
     use serde_json::json;
 
     fn sample() -> EventEnvelope {
-        let mut extra = BTreeMap::new();
-        extra.insert("region".to_owned(), "eu".to_owned());
-        extra.insert("User-Agent".to_owned(), "shop/1.0".to_owned());
-        EventEnvelope {
-            event_id: EventNo::from_rendered("ORDER_PAID:o-1:2"),
-            event_type: "ORDER_PAID".to_owned(),
-            event_version: 2,
-            aggregate_type: "ORDER".to_owned(),
-            aggregate_id: "o-1".to_owned(),
-            aggregate_sequence: 2,
-            occurred_at: DateTime::parse_from_rfc3339("2026-12-02T10:11:12.345678Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
-            headers: EventHeaders {
-                tenant_id: Some("acme".to_owned()),
-                correlation_id: Some("checkout-1".to_owned()),
-                causation_id: None,
-                source: Some("order-service".to_owned()),
-                traceparent: Some(
-                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
-                ),
-                extra,
+        serde_json::from_value(json!({
+            "eventId": "ORDER_PAID:o-1:2", "eventType": "ORDER_PAID", "eventVersion": 2,
+            "aggregateType": "ORDER", "aggregateId": "o-1", "aggregateSequence": 2,
+            "occurredAt": "2026-12-02T10:11:12.345678Z",
+            "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "headers": {
+                "tenantId": "acme", "correlationId": "checkout-1", "source": "order-service",
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "region": "eu", "User-Agent": "shop/1.0",
             },
-            payload: json!({"order_id": "o-1", "amount_minor": 100}),
-        }
+            "payload": {"order_id": "o-1", "amount_minor": 100},
+        }))
+        .unwrap()
     }
 
     fn now() -> DateTime<Utc> {
@@ -655,92 +634,49 @@ mod tests {
 
     #[test]
     fn what_is_not_a_cloudevent_says_why() {
-        let cases: Vec<(Decoded<'static>, &str)> = vec![
+        let base = [
+            ("specversion", "1.0"),
+            ("id", "1"),
+            ("source", "s"),
+            ("type", "T"),
+        ];
+        // (attributes set, attribute removed, content type, body, what the reason says)
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static str,
+            Option<&'static str>,
+            &'static [u8],
+            &'static str,
+        );
+        let cases: [Case; 6] = [
+            (&[], "id", None, b"{}", "no id"),
             (
-                binary(
-                    vec![("specversion", "1.0"), ("source", "s"), ("type", "T")],
-                    None,
-                    b"{}",
-                ),
-                "no id",
-            ),
-            (
-                binary(
-                    vec![
-                        ("specversion", "0.3"),
-                        ("id", "1"),
-                        ("source", "s"),
-                        ("type", "T"),
-                    ],
-                    None,
-                    b"{}",
-                ),
+                &[("specversion", "0.3")],
+                "",
+                None,
+                b"{}",
                 "only CloudEvents 1.0",
             ),
-            (
-                binary(
-                    vec![
-                        ("specversion", "1.0"),
-                        ("id", "1"),
-                        ("source", "s"),
-                        ("type", "T"),
-                        ("time", "yesterday"),
-                    ],
-                    None,
-                    b"{}",
-                ),
-                "RFC 3339",
-            ),
-            (
-                binary(
-                    vec![
-                        ("specversion", "1.0"),
-                        ("id", "1"),
-                        ("source", "s"),
-                        ("type", "T"),
-                    ],
-                    None,
-                    b"{not json",
-                ),
-                "not JSON",
-            ),
-            (
-                binary(
-                    vec![
-                        ("specversion", "1.0"),
-                        ("id", "1"),
-                        ("source", "s"),
-                        ("type", "T"),
-                    ],
-                    Some("text/plain"),
-                    b"hi",
-                ),
-                "text/plain",
-            ),
-            (
-                binary(
-                    vec![
-                        ("specversion", "1.0"),
-                        ("id", "1"),
-                        ("source", "s"),
-                        ("type", "T"),
-                        ("sequence", "b7"),
-                    ],
-                    None,
-                    b"{}",
-                ),
-                "not a number",
-            ),
-            (
-                binary(vec![], Some("application/cloudevents-batch+json"), b"[]"),
-                "one event per message",
-            ),
-            (
-                binary(vec![], Some(STRUCTURED), b"[1]"),
-                "not a JSON object",
-            ),
+            (&[("time", "yesterday")], "", None, b"{}", "RFC 3339"),
+            (&[], "", None, b"{not json", "not JSON"),
+            (&[], "", Some("text/plain"), b"hi", "text/plain"),
+            (&[("sequence", "b7")], "", None, b"{}", "not a number"),
         ];
-        for (decoded, expected) in cases {
+        let mut decoded = Vec::new();
+        for (set, removed, content_type, body, expected) in cases {
+            let mut attributes: BTreeMap<&str, &str> = base.into_iter().collect();
+            attributes.extend(set.iter().copied());
+            attributes.remove(removed);
+            let attributes = attributes.into_iter().collect();
+            decoded.push((binary(attributes, content_type, body), expected));
+        }
+        let batch = Some("application/cloudevents-batch+json");
+        decoded.push((binary(vec![], batch, b"[]"), "one event per message"));
+        decoded.push((
+            binary(vec![], Some(STRUCTURED), b"[1]"),
+            "not a JSON object",
+        ));
+        for (decoded, expected) in decoded {
             match decoded {
                 Decoded::Invalid(reason) => assert!(reason.contains(expected), "{reason}"),
                 other => panic!("{expected}: {other:?}"),

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("publisher", 3),
     ("archive", 3),
     ("audit", 3),
+    ("asyncapi", 3),
     ("relay", 4),
     ("worker", 4),
     ("consumer", 4),

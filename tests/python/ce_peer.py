@@ -55,6 +55,12 @@ def text(value):
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
+def encode(binding, mode, event):
+    """The event as the binding writes it in mode `binary` or `structured`."""
+    write = binding.to_binary if mode == "binary" else binding.to_structured
+    return write(event, FORMAT)
+
+
 def to_event(line):
     spec = json.loads(line)
     attributes = dict(spec["attributes"])
@@ -64,6 +70,23 @@ def to_event(line):
 
 
 # --- Kafka ------------------------------------------------------------------------------------
+
+
+def mode_of(content_type):
+    """The content mode a message's content type says."""
+    structured = (content_type or "").lower().startswith("application/cloudevents")
+    return "structured" if structured else "binary"
+
+
+def collect(args, receive):
+    """Calls receive() for records until args.count are read or args.timeout passes."""
+    deadline = time.monotonic() + args.timeout
+    read = 0
+    while read < args.count and time.monotonic() < deadline:
+        for record in receive():
+            emit(record)
+            read += 1
+    return read
 
 
 def kafka_read(args):
@@ -78,27 +101,25 @@ def kafka_read(args):
         }
     )
     consumer.subscribe([args.topic])
-    deadline = time.monotonic() + args.timeout
-    read = 0
+
+    def receive():
+        msg = consumer.poll(0.5)
+        if msg is None:
+            return []
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return []
+            raise SystemExit(f"Kafka: {msg.error()}")
+        headers = {name: value for name, value in (msg.headers() or [])}
+        mode = mode_of(text(headers.get("content-type", b"")))
+        message = ce_kafka.KafkaMessage(headers=headers, key=msg.key(), value=msg.value())
+        event = ce_kafka.from_kafka(message, FORMAT)
+        return [as_json(event, mode, text(msg.key()) if msg.key() is not None else None)]
+
     try:
-        while read < args.count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise SystemExit(f"Kafka: {msg.error()}")
-            headers = {name: value for name, value in (msg.headers() or [])}
-            content_type = text(headers.get("content-type", b""))
-            mode = "structured" if content_type.startswith("application/cloudevents") else "binary"
-            message = ce_kafka.KafkaMessage(headers=headers, key=msg.key(), value=msg.value())
-            event = ce_kafka.from_kafka(message, FORMAT)
-            emit(as_json(event, mode, text(msg.key()) if msg.key() is not None else None))
-            read += 1
+        return collect(args, receive)
     finally:
         consumer.close()
-    return read
 
 
 def kafka_publish(args, events):
@@ -112,10 +133,7 @@ def kafka_publish(args, events):
             failures.append(str(err))
 
     for event in events:
-        if args.mode == "binary":
-            message = ce_kafka.to_binary(event, FORMAT)
-        else:
-            message = ce_kafka.to_structured(event, FORMAT)
+        message = encode(ce_kafka, args.mode, event)
         producer.produce(
             args.topic,
             key=message.key,
@@ -136,26 +154,23 @@ def rabbitmq_read(args):
 
     connection = pika.BlockingConnection(pika.URLParameters(args.url))
     channel = connection.channel()
-    deadline = time.monotonic() + args.timeout
-    read = 0
+
+    def receive():
+        method, properties, body = channel.basic_get(args.queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.1)
+            return []
+        headers = {name: text(value) for name, value in (properties.headers or {}).items()}
+        message = ce_rabbitmq.RabbitMQMessage(
+            headers=headers, content_type=properties.content_type, body=body
+        )
+        event = ce_rabbitmq.from_rabbitmq(message, FORMAT)
+        return [as_json(event, mode_of(properties.content_type))]
+
     try:
-        while read < args.count and time.monotonic() < deadline:
-            method, properties, body = channel.basic_get(args.queue, auto_ack=True)
-            if method is None:
-                time.sleep(0.1)
-                continue
-            headers = {name: text(value) for name, value in (properties.headers or {}).items()}
-            content_type = properties.content_type or ""
-            mode = "structured" if content_type.startswith("application/cloudevents") else "binary"
-            message = ce_rabbitmq.RabbitMQMessage(
-                headers=headers, content_type=properties.content_type, body=body
-            )
-            event = ce_rabbitmq.from_rabbitmq(message, FORMAT)
-            emit(as_json(event, mode))
-            read += 1
+        return collect(args, receive)
     finally:
         connection.close()
-    return read
 
 
 def rabbitmq_publish(args, events):
@@ -166,10 +181,7 @@ def rabbitmq_publish(args, events):
     channel.confirm_delivery()
     try:
         for event in events:
-            if args.mode == "binary":
-                message = ce_rabbitmq.to_binary(event, FORMAT)
-            else:
-                message = ce_rabbitmq.to_structured(event, FORMAT)
+            message = encode(ce_rabbitmq, args.mode, event)
             channel.basic_publish(
                 exchange=args.exchange,
                 routing_key=args.routing_key,
@@ -207,11 +219,7 @@ async def nats_read(args):
                 content_type = next(
                     (v for k, v in headers.items() if k.lower() == "content-type"), ""
                 )
-                mode = (
-                    "structured"
-                    if content_type.startswith("application/cloudevents")
-                    else "binary"
-                )
+                mode = mode_of(content_type)
                 event = ce_http.from_http(ce_http.HTTPMessage(headers=headers, body=msg.data), FORMAT)
                 emit(as_json(event, mode))
                 await msg.ack()
@@ -228,10 +236,7 @@ async def nats_publish(args, events):
     js = nc.jetstream()
     try:
         for event in events:
-            if args.mode == "binary":
-                message = ce_http.to_binary(event, FORMAT)
-            else:
-                message = ce_http.to_structured(event, FORMAT)
+            message = encode(ce_http, args.mode, event)
             await js.publish(args.subject, message.body, headers=message.headers)
     finally:
         await nc.close()

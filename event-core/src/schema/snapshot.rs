@@ -500,33 +500,39 @@ fn write_snapshot(
     std::fs::write(path, text).map_err(|e| e.to_string())
 }
 
+/// The event types of a snapshot directory, by name, with their directories: every
+/// subdirectory of `dir`, sorted.
+pub fn type_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, Problem> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Problem::Unreadable {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mut types: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .map(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            (name.to_owned(), p.clone())
+        })
+        .collect();
+    types.sort();
+    Ok(types)
+}
+
 /// Checks a snapshot directory from the files alone: for each event type, its newest version
 /// against the earlier ones its recorded compatibility mode names, skipping versions that
 /// recorded upcasters cover.
 pub fn check_dir(dir: &Path) -> SnapshotReport {
     let mut report = SnapshotReport::default();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            report.problems.push(Problem::Unreadable {
-                path: dir.to_path_buf(),
-                reason: e.to_string(),
-            });
+    let types = match type_dirs(dir) {
+        Ok(types) => types,
+        Err(problem) => {
+            report.problems.push(problem);
             return report;
         }
     };
-    let mut types: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    types.sort();
-    for type_dir in types {
-        let event_type = type_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
+    for (event_type, type_dir) in types {
         let history = match read_type_dir(&type_dir) {
             Ok(history) => history,
             Err(problem) => {

@@ -1,0 +1,106 @@
+//! The cost of each wire format (benches/results/wire-formats.json): per broker, a committed
+//! backlog on PostgreSQL drained by one relay publishing in each format, then consumed by a
+//! batched subscription, against the toolkit's own envelope measured in the same run.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use anyhow::Context;
+use event_sqlx::{RelayConfig, WireFormat};
+use serde::Serialize;
+
+use crate::throughput::{batch_consumer, commit_backlog, setup, until_applied};
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Figures {
+    broker: &'static str,
+    format: &'static str,
+    events: usize,
+    relay_drain_events_per_s: f64,
+    consumer_events_per_s: f64,
+    /// Against the envelope on the same broker in this run: 1.0 is as fast.
+    relay_vs_envelope: f64,
+    consumer_vs_envelope: f64,
+}
+
+const FORMATS: [WireFormat; 3] = [
+    WireFormat::Envelope,
+    WireFormat::CloudEventsBinary,
+    WireFormat::CloudEventsStructured,
+];
+
+pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
+    let mut figures = Vec::new();
+    for broker in ["nats", "rabbitmq", "kafka"] {
+        if brokers != "all" && !brokers.split(',').any(|b| b == broker) {
+            continue;
+        }
+        let mut envelope = None;
+        for format in FORMATS {
+            let (relay, consumer) = measure(broker, format, events)
+                .await
+                .with_context(|| format!("{broker}, {format}"))?;
+            let (relay_base, consumer_base) = *envelope.get_or_insert((relay, consumer));
+            let f = Figures {
+                broker,
+                format: format.name(),
+                events,
+                relay_drain_events_per_s: relay,
+                consumer_events_per_s: consumer,
+                relay_vs_envelope: relay / relay_base,
+                consumer_vs_envelope: consumer / consumer_base,
+            };
+            eprintln!("{f:?}");
+            figures.push(f);
+        }
+    }
+    let report = serde_json::json!({
+        "what": "a committed backlog on PostgreSQL: one relay (batches of 500) publishing in each wire format, then a subscription (batches of 500, batch handler) consuming it; rates in events/s, ratios against the envelope on the same broker in the same run",
+        "figures": figures,
+    });
+    crate::write_result("benches/results/wire-formats.json", &report)?;
+    Ok(())
+}
+
+/// The relay's drain rate and the consumer's rate for `events` in `format` on `broker`.
+async fn measure(
+    broker: &'static str,
+    format: WireFormat,
+    events: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let s = setup(broker, 500).await?;
+    commit_backlog(&s.outbox, events).await?;
+    let relay = s.outbox.relay(
+        s.publisher.clone().wire_format(format),
+        RelayConfig::new("bench-relay").batch_size(500),
+    );
+    let started = Instant::now();
+    let report = relay.drain().await?;
+    let relay_rate = events as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        report.published == events,
+        "published {} of {events}",
+        report.published
+    );
+
+    let applied = Arc::new(AtomicUsize::new(0));
+    let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let consuming = s.subscription.run(&consumer, async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|s| *s).await;
+    });
+    let watch = async {
+        let elapsed = until_applied(&applied, events, started).await;
+        let _ = stop.send(true);
+        elapsed
+    };
+    let (consumed, elapsed) = tokio::join!(consuming, watch);
+    consumed?;
+    let consumer_rate = events as f64 / elapsed?.as_secs_f64();
+    s.db.cleanup().await;
+    Ok((relay_rate, consumer_rate))
+}
