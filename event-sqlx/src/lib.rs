@@ -7,7 +7,7 @@
 //       publisher, archive, reconcile,
 //       asyncapi                                  the AsyncAPI document of the routes
 //   L2  sql (dialect, outbox, message, inbox)     every statement; dialect owns the differences
-//   L1  row, config, metrics, wire                rows as Rust values; settings; metric names;
+//   L1  row, config, metrics, wire, telemetry     rows as Rust values; settings; metric names;
 //                                                 the wire formats (envelope, CloudEvents)
 //   L0  status, table, clock, error               states, names, time, the error type
 
@@ -19,6 +19,7 @@ mod table;
 mod config;
 pub mod metrics;
 mod row;
+pub mod telemetry;
 pub mod wire;
 
 mod sql;

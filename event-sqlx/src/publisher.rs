@@ -171,6 +171,21 @@ pub trait Publisher: Send + Sync {
         &'a self,
         messages: &'a [OutboxMessage],
     ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send + 'a;
+
+    /// The broker, as OpenTelemetry's `messaging.system` names it (`nats`, `rabbitmq`,
+    /// `kafka`), for the relay's [messaging spans](crate::telemetry); `unknown` by default.
+    fn messaging_system(&self) -> &'static str {
+        "unknown"
+    }
+
+    /// Where `message` goes on the broker (a subject, an exchange, a topic), OpenTelemetry's
+    /// `messaging.destination.name`; by default its topic, or its event type in lowercase.
+    fn destination(&self, message: &OutboxMessage) -> String {
+        match &message.topic {
+            Some(topic) => topic.clone(),
+            None => message.envelope.event_type.to_ascii_lowercase(),
+        }
+    }
 }
 
 /// A shared publisher publishes as the publisher it points to: several relays in one process
@@ -181,6 +196,14 @@ impl<P: Publisher + ?Sized> Publisher for Arc<P> {
         messages: &'a [OutboxMessage],
     ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send + 'a {
         (**self).publish(messages)
+    }
+
+    fn messaging_system(&self) -> &'static str {
+        (**self).messaging_system()
+    }
+
+    fn destination(&self, message: &OutboxMessage) -> String {
+        (**self).destination(message)
     }
 }
 

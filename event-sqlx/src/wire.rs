@@ -253,6 +253,7 @@ pub(crate) fn percent_encode(value: &str) -> Cow<'_, str> {
 }
 
 /// A header value decoded from the HTTP binding's percent-encoding.
+#[allow(dead_code)] // used by the nats feature
 pub(crate) fn percent_decode(value: &str) -> String {
     percent_encoding::percent_decode_str(value)
         .decode_utf8_lossy()

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 1),
     ("metrics", 1),
     ("wire", 1),
+    ("telemetry", 1),
     ("quarantine", 3),
     ("reconcile", 3),
     ("sql", 2),

@@ -241,8 +241,7 @@ pub(crate) fn event_headers(message: &OutboxMessage) -> Vec<(&'static str, Strin
 pub(crate) async fn receive_batch<DB, R, M>(
     consumer: &crate::consumer::Consumer<DB, R>,
     messages: &[M],
-    inbound: impl Fn(&M) -> crate::wire::Inbound<'_>,
-    id: impl Fn(&M) -> Option<String>,
+    source: Source<'_, M>,
     report: &mut ConsumeReport,
 ) -> Result<Vec<bool>, crate::error::Error>
 where
@@ -250,15 +249,20 @@ where
     R: crate::route::Routes<DB>,
 {
     use crate::wire::Decoded;
-    let ids: Vec<Option<String>> = messages.iter().map(id).collect();
+    let ids: Vec<Option<String>> = messages.iter().map(source.id).collect();
     let now = consumer.now();
     let decoded: Vec<(&[u8], Decoded<'_>)> = messages
         .iter()
         .map(|m| {
-            let inbound = inbound(m);
+            let inbound = (source.inbound)(m);
             (inbound.body, inbound.decode(now))
         })
         .collect();
+    let spans = if consumer.has_messaging_spans() {
+        process_spans(messages, &decoded, &source)
+    } else {
+        Vec::new()
+    };
     let mut outcomes: Vec<Option<crate::consumer::Processed>> = vec![None; messages.len()];
     let mut received = Vec::with_capacity(messages.len());
     let mut at = Vec::with_capacity(messages.len());
@@ -281,7 +285,20 @@ where
         at.push(i);
     }
     if !received.is_empty() {
-        for (i, outcome) in at.into_iter().zip(consumer.receive_batch(&received).await?) {
+        let processed = consumer.receive_batch(&received).await;
+        if let Err(e) = &processed {
+            for span in &spans {
+                span.record(
+                    "error.type",
+                    if e.is_transient() {
+                        "unavailable"
+                    } else {
+                        "failed"
+                    },
+                );
+            }
+        }
+        for (i, outcome) in at.into_iter().zip(processed?) {
             outcomes[i] = Some(outcome);
         }
     }
@@ -293,6 +310,58 @@ where
         .iter()
         .map(|outcome| matches!(outcome, crate::consumer::Processed::Early { .. }))
         .collect())
+}
+
+/// How [`receive_batch`] reads a broker's messages.
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) struct Source<'f, M> {
+    /// OpenTelemetry's `messaging.system`: `nats`, `rabbitmq`, `kafka`.
+    pub(crate) system: &'static str,
+    /// The body and what a CloudEvent needs of the headers.
+    pub(crate) inbound: &'f (dyn Fn(&M) -> crate::wire::Inbound<'_> + Sync),
+    /// The broker's id of the message.
+    pub(crate) id: &'f (dyn Fn(&M) -> Option<String> + Sync),
+    /// Where the message came from (subject, exchange, topic).
+    pub(crate) destination: &'f (dyn Fn(&M) -> String + Sync),
+}
+
+/// A `process` span for each message of a batch, in the trace of its `traceparent`.
+#[allow(dead_code)] // used by whichever broker features are on
+fn process_spans<M>(
+    messages: &[M],
+    decoded: &[(&[u8], crate::wire::Decoded<'_>)],
+    source: &Source<'_, M>,
+) -> Vec<tracing::Span> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Traced {
+        event_id: String,
+        #[serde(default)]
+        headers: TracedHeaders,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct TracedHeaders {
+        traceparent: Option<String>,
+    }
+    messages
+        .iter()
+        .zip(decoded)
+        .map(|(m, (_, decoded))| {
+            let body: &[u8] = match decoded {
+                crate::wire::Decoded::Envelope(body) => body,
+                crate::wire::Decoded::CloudEvent(json) => json,
+                crate::wire::Decoded::Invalid(_) => &[],
+            };
+            let traced: Option<Traced> = serde_json::from_slice(body).ok();
+            let id = traced.as_ref().map_or("", |t| t.event_id.as_str());
+            let traceparent = traced
+                .as_ref()
+                .and_then(|t| t.headers.traceparent.as_deref());
+            let destination = (source.destination)(m);
+            let operation = crate::telemetry::Operation::Process;
+            crate::telemetry::span(operation, source.system, &destination, id, traceparent)
+        })
+        .collect()
 }
 
 /// A subscription that can drain: what [`run_until`] loops over.

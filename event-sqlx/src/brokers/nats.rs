@@ -148,6 +148,14 @@ impl Publisher for NatsPublisher {
         }
         results
     }
+
+    fn messaging_system(&self) -> &'static str {
+        "nats"
+    }
+
+    fn destination(&self, message: &OutboxMessage) -> String {
+        self.subject(message)
+    }
 }
 
 impl NatsPublisher {
@@ -393,42 +401,18 @@ impl JetStreamSubscription {
                     _ => break,
                 }
             }
-            let processed = super::receive_batch(
-                consumer,
-                &chunk,
-                |m| Inbound {
-                    body: &m.payload,
-                    content_type: m.headers.as_ref().and_then(|h| {
-                        h.iter()
-                            .find(|(name, _)| {
-                                AsRef::<str>::as_ref(*name).eq_ignore_ascii_case("content-type")
-                            })
-                            .and_then(|(_, values)| values.first())
-                            .map(|v| v.as_str().to_owned())
-                    }),
-                    attributes: m
-                        .headers
-                        .as_ref()
-                        .map(|h| {
-                            super::ce_attributes(
-                                h.iter().filter_map(|(name, values)| {
-                                    let value = values.first()?;
-                                    Some((name.as_ref(), percent_decode(value.as_str())))
-                                }),
-                                &["ce-"],
-                            )
-                        })
-                        .unwrap_or_default(),
-                },
-                |m| {
+            let source = super::Source {
+                system: "nats",
+                inbound: &inbound,
+                id: &|m: &jetstream::Message| {
                     m.headers
                         .as_ref()
                         .and_then(|h| h.get("Nats-Msg-Id"))
                         .map(|v| v.as_str().to_owned())
                 },
-                &mut report,
-            )
-            .await;
+                destination: &|m: &jetstream::Message| m.subject.to_string(),
+            };
+            let processed = super::receive_batch(consumer, &chunk, source, &mut report).await;
             let early = match processed {
                 Ok(early) => early,
                 Err(stop) => {
@@ -482,5 +466,29 @@ impl Drop for JetStreamSubscription {
                 let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
             }
         });
+    }
+}
+
+/// What a CloudEvent needs of a JetStream message: its payload, `content-type` and the
+/// attributes of its `ce-` headers, percent-decoded.
+fn inbound(m: &jetstream::Message) -> Inbound<'_> {
+    let headers = m.headers.as_ref();
+    Inbound {
+        body: &m.payload,
+        content_type: headers.and_then(|h| {
+            h.iter()
+                .find(|(name, _)| AsRef::<str>::as_ref(*name).eq_ignore_ascii_case("content-type"))
+                .and_then(|(_, values)| values.first())
+                .map(|v| v.as_str().to_owned())
+        }),
+        attributes: headers
+            .map(|h| {
+                let values = h.iter().filter_map(|(name, values)| {
+                    let value = values.first()?;
+                    Some((name.as_ref(), percent_decode(value.as_str())))
+                });
+                super::ce_attributes(values, &["ce-"])
+            })
+            .unwrap_or_default(),
     }
 }

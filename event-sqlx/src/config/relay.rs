@@ -18,6 +18,8 @@ const OUTAGE_MIN_PAUSE: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
     pub(crate) instance_id: String,
+    /// OpenTelemetry messaging spans around each publish.
+    pub(crate) messaging_spans: bool,
     pub(crate) batch_size: u32,
     pub(crate) lease: Duration,
     pub(crate) poll_interval: Duration,
@@ -55,6 +57,7 @@ impl RelayConfig {
             metrics_interval: Duration::from_secs(15),
             outage_pause: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
+            messaging_spans: false,
         }
     }
 
@@ -82,6 +85,15 @@ impl RelayConfig {
     pub fn outage_pause(mut self, pause: Duration) -> Self {
         self.outage_pause = pause.max(OUTAGE_MIN_PAUSE);
         self
+    }
+
+    /// Opens an OpenTelemetry messaging span, `publish {destination}`, for each event around
+    /// the broker call that publishes it (off by default; see [`crate::telemetry`]).
+    pub fn messaging_spans(self, on: bool) -> Self {
+        Self {
+            messaging_spans: on,
+            ..self
+        }
     }
 
     /// How long [`Relay::run`](crate::Relay::run) still waits, once its shutdown completed, for

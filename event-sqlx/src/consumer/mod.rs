@@ -121,6 +121,7 @@ pub struct Consumer<DB: Backend, R = NoRoutes> {
     unknown: UnknownEvents,
     order: Option<std::time::Duration>,
     waiting: std::sync::Arc<order::Waiting>,
+    messaging_spans: bool,
 }
 
 /// How long an early event waits for its aggregate's previous sequence, by default.
@@ -151,6 +152,7 @@ impl<DB: Backend> Consumer<DB> {
             unknown: UnknownEvents::Ignore,
             order: None,
             waiting: std::sync::Arc::default(),
+            messaging_spans: false,
         }
     }
 }
@@ -249,6 +251,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
             unknown: self.unknown,
             order: self.order,
             waiting: self.waiting,
+            messaging_spans: self.messaging_spans,
         }
     }
 
@@ -271,6 +274,21 @@ impl<DB: Backend, R> Consumer<DB, R> {
         self.attempts = attempts.max(1);
         self.retries = backoff;
         self
+    }
+
+    /// Opens an OpenTelemetry messaging span, `process {destination}`, for each event a
+    /// subscription processes, in the trace of the event's `traceparent` and linked to it (off
+    /// by default; see [`crate::telemetry`]).
+    pub fn messaging_spans(self, on: bool) -> Self {
+        Self {
+            messaging_spans: on,
+            ..self
+        }
+    }
+
+    /// Whether [`Consumer::messaging_spans`] is on.
+    pub(crate) fn has_messaging_spans(&self) -> bool {
+        self.messaging_spans
     }
 
     /// Refuses events older than one already applied for their aggregate, recording each in the
@@ -468,6 +486,7 @@ impl<DB: Backend, R: Clone> Clone for Consumer<DB, R> {
             unknown: self.unknown,
             order: self.order,
             waiting: std::sync::Arc::clone(&self.waiting),
+            messaging_spans: self.messaging_spans,
         }
     }
 }

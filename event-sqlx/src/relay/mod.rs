@@ -8,6 +8,7 @@ use crate::outbox::Outbox;
 use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql};
+use crate::telemetry::Operation::Publish;
 
 mod deliver;
 mod run;
@@ -184,6 +185,40 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     }
 
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if !self.config.messaging_spans {
+            return self.publish_paced(messages).await;
+        }
+        let system = self.publisher.messaging_system();
+        let spans: Vec<tracing::Span> = messages
+            .iter()
+            .map(|m| {
+                let destination = self.publisher.destination(m);
+                let traceparent = m.envelope.headers.traceparent.as_deref();
+                let id = m.envelope.event_id.as_str();
+                crate::telemetry::span(Publish, system, &destination, id, traceparent)
+            })
+            .collect();
+        let results = match spans.as_slice() {
+            [one] => {
+                use tracing::Instrument;
+                self.publish_paced(messages).instrument(one.clone()).await
+            }
+            _ => self.publish_paced(messages).await,
+        };
+        for (span, result) in spans.iter().zip(&results) {
+            if let Err(e) = result {
+                let kind = if e.is_unavailable() {
+                    "unavailable"
+                } else {
+                    "rejected"
+                };
+                span.record("error.type", kind);
+            }
+        }
+        results
+    }
+
+    async fn publish_paced(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let Some(rate) = self.config.max_rate else {
             return self.publisher.publish(messages).await;
         };

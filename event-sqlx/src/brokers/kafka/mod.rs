@@ -215,6 +215,14 @@ impl KafkaPublisher {
 }
 
 impl Publisher for KafkaPublisher {
+    fn messaging_system(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn destination(&self, message: &OutboxMessage) -> String {
+        Self::topic(message)
+    }
+
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         // Enqueue every record, then wait for the delivery reports: librdkafka batches them.
         let producer = self.producer();

@@ -199,14 +199,8 @@ impl KafkaSubscription {
                     None => break,
                 }
             }
-            let early = match crate::brokers::receive_batch(
-                consumer,
-                &batch,
-                inbound,
-                message_id,
-                &mut report,
-            )
-            .await
+            let early = match crate::brokers::receive_batch(consumer, &batch, source(), &mut report)
+                .await
             {
                 Ok(early) => early,
                 Err(e) => {
@@ -249,8 +243,7 @@ impl KafkaSubscription {
             return Ok(());
         }
         let messages = std::mem::take(&mut held.messages);
-        let early =
-            crate::brokers::receive_batch(consumer, &messages, inbound, message_id, report).await;
+        let early = crate::brokers::receive_batch(consumer, &messages, source(), report).await;
         let early = match early {
             Ok(early) => early,
             Err(e) => {
@@ -296,6 +289,16 @@ impl KafkaSubscription {
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             tracing::warn!(consumer = consumer.name(), error = %e, "could not commit Kafka offsets; the next batch commits them");
         }
+    }
+}
+
+/// How `receive_batch` reads a record.
+fn source<'f, M: Message>() -> crate::brokers::Source<'f, M> {
+    crate::brokers::Source {
+        system: "kafka",
+        inbound: &inbound,
+        id: &message_id,
+        destination: &|m: &M| m.topic().to_owned(),
     }
 }
 

@@ -256,6 +256,15 @@ fn publish_failure(context: &str, e: lapin::Error) -> PublishError {
 }
 
 impl Publisher for RabbitMqPublisher {
+    fn messaging_system(&self) -> &'static str {
+        "rabbitmq"
+    }
+
+    /// The exchange.
+    fn destination(&self, message: &OutboxMessage) -> String {
+        message.topic.clone().unwrap_or_default()
+    }
+
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         use futures_util::StreamExt;
         use futures_util::stream::FuturesUnordered;

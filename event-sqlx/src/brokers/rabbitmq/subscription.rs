@@ -235,8 +235,14 @@ impl RabbitMqSubscription {
         let processed = crate::brokers::receive_batch(
             consumer,
             batch,
-            inbound,
-            |d| d.properties.message_id().as_ref().map(|m| m.to_string()),
+            crate::brokers::Source {
+                system: "rabbitmq",
+                inbound: &inbound,
+                id: &|d: &lapin::message::Delivery| {
+                    d.properties.message_id().as_ref().map(|m| m.to_string())
+                },
+                destination: &|d: &lapin::message::Delivery| d.exchange.to_string(),
+            },
             report,
         )
         .await;
