@@ -4,6 +4,7 @@
 //! `cargo run --release -p event-bench -- --backend all` writes `benches/results/outbox.json`.
 
 mod archive;
+mod backlog;
 mod charts;
 mod console;
 mod delivery;

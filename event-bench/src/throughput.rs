@@ -29,6 +29,8 @@ use event_tests::any_broker::{AnyPublisher, AnySubscription};
 use event_tests::db::{TestDb, amqp_url, kafka_url, nats_url, unique};
 use event_tests::fixtures::{Order, OrderPlaced};
 use serde::Serialize;
+
+use crate::backlog::{commit_backlog, until_applied};
 use sqlx::{PgConnection, Postgres};
 
 #[derive(Debug, Serialize)]
@@ -309,42 +311,6 @@ async fn run_until_applied<R: Routes<Postgres>>(
         "{rows} invoices for {target} events"
     );
     elapsed
-}
-
-/// Waits until the handler's counter `applied` reaches `target` (at most ten minutes); the
-/// time since `started`.
-pub(crate) async fn until_applied(
-    applied: &AtomicUsize,
-    target: usize,
-    started: Instant,
-) -> anyhow::Result<Duration> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while applied.load(Ordering::Relaxed) < target {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{} of {target} applied after 10 minutes",
-            applied.load(Ordering::Relaxed)
-        );
-        // Polling the handler's counter, with the deadline above.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    Ok(started.elapsed())
-}
-
-/// Commits `events` orders in transactions of 1000 before anything runs.
-pub(crate) async fn commit_backlog(outbox: &Outbox<Postgres>, events: usize) -> anyhow::Result<()> {
-    for chunk in (0..events).collect::<Vec<_>>().chunks(1000) {
-        let mut uow = UnitOfWork::new(EventContext::new("bench"));
-        for i in chunk {
-            uow.collect(
-                &mut Order::place(&format!("o{i}"), *i as i64)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        let _ = outbox.commit(outbox.pool().begin().await?, uow).await?;
-    }
-    Ok(())
 }
 
 async fn drain_backlog(

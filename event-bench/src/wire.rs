@@ -10,7 +10,8 @@ use anyhow::Context;
 use event_sqlx::{RelayConfig, WireFormat};
 use serde::Serialize;
 
-use crate::throughput::{batch_consumer, commit_backlog, setup, until_applied};
+use crate::backlog::{commit_backlog, until_applied};
+use crate::throughput::{batch_consumer, setup};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
