@@ -192,22 +192,27 @@ pub(crate) fn outbound(
     })
 }
 
-/// A received message's binary-mode attributes: the headers named `prefix` + attribute
-/// (any case, any of `prefixes`), names lowercased and stripped, values as `value` reads them.
+/// A received message's binary-mode attributes: the headers named one of `prefixes` (any case)
+/// and an attribute, names lowercased without the prefix, values as `read` reads them. Only
+/// those headers' values are read: an envelope's headers cost a prefix comparison each.
 #[allow(dead_code)] // used by whichever broker features are on
-pub(crate) fn ce_attributes<'h>(
-    headers: impl IntoIterator<Item = (&'h str, String)>,
+pub(crate) fn ce_attributes<'h, V>(
+    headers: impl IntoIterator<Item = (&'h str, V)>,
     prefixes: &[&str],
+    read: impl Fn(V) -> Option<String>,
 ) -> Vec<(String, String)> {
+    let attribute = |name: &'h str| {
+        prefixes.iter().find_map(|p| {
+            let head = name.get(..p.len())?;
+            let rest = &name[p.len()..];
+            (head.eq_ignore_ascii_case(p) && !rest.is_empty()).then_some(rest)
+        })
+    };
     headers
         .into_iter()
         .filter_map(|(name, value)| {
-            let lower = name.to_ascii_lowercase();
-            prefixes
-                .iter()
-                .find_map(|p| lower.strip_prefix(p))
-                .filter(|attribute| !attribute.is_empty())
-                .map(|attribute| (attribute.to_owned(), value))
+            let attribute = attribute(name)?;
+            Some((attribute.to_ascii_lowercase(), read(value)?))
         })
         .collect()
 }

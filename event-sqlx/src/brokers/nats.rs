@@ -483,11 +483,10 @@ fn inbound(m: &jetstream::Message) -> Inbound<'_> {
         }),
         attributes: headers
             .map(|h| {
-                let values = h.iter().filter_map(|(name, values)| {
-                    let value = values.first()?;
-                    Some((name.as_ref(), percent_decode(value.as_str())))
-                });
-                super::ce_attributes(values, &["ce-"])
+                let values = h.iter().map(|(name, values)| (name.as_ref(), values));
+                super::ce_attributes(values, &["ce-"], |values| {
+                    values.first().map(|v| percent_decode(v.as_str()))
+                })
             })
             .unwrap_or_default(),
     }

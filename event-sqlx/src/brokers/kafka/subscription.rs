@@ -316,7 +316,8 @@ pub(super) fn inbound(message: &impl Message) -> crate::wire::Inbound<'_> {
         }),
         attributes: headers
             .map(|h| {
-                crate::brokers::ce_attributes(h.iter().map(|h| (h.key, text(h.value))), &["ce_"])
+                let values = h.iter().map(|h| (h.key, h.value));
+                crate::brokers::ce_attributes(values, &["ce_"], |v| Some(text(v)))
             })
             .unwrap_or_default(),
     }

@@ -324,39 +324,40 @@ impl Drop for RabbitMqSubscription {
     }
 }
 
+/// A header value as text: strings, numbers and booleans as written, a timestamp in RFC 3339;
+/// `None` for the other AMQP types.
+fn text(value: &lapin::types::AMQPValue) -> Option<String> {
+    use lapin::types::AMQPValue;
+    Some(match value {
+        AMQPValue::LongString(v) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        AMQPValue::ShortString(v) => v.as_str().to_owned(),
+        AMQPValue::Boolean(v) => v.to_string(),
+        AMQPValue::ShortShortInt(v) => v.to_string(),
+        AMQPValue::ShortShortUInt(v) => v.to_string(),
+        AMQPValue::ShortInt(v) => v.to_string(),
+        AMQPValue::ShortUInt(v) => v.to_string(),
+        AMQPValue::LongInt(v) => v.to_string(),
+        AMQPValue::LongUInt(v) => v.to_string(),
+        AMQPValue::LongLongInt(v) => v.to_string(),
+        AMQPValue::Timestamp(seconds) => {
+            chrono::DateTime::from_timestamp(i64::try_from(*seconds).unwrap_or(i64::MAX), 0)?
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        }
+        _ => return None,
+    })
+}
+
 /// What a CloudEvent needs of a delivery: its body, `content_type` and the attributes of its
 /// `ce-` headers (or the AMQP binding's `cloudEvents:` and `cloudEvents_`).
 fn inbound(delivery: &lapin::message::Delivery) -> crate::wire::Inbound<'_> {
-    use lapin::types::AMQPValue;
     let headers = delivery.properties.headers().as_ref();
     let attributes = headers
         .map(|table| {
-            crate::brokers::ce_attributes(
-                table.inner().iter().filter_map(|(name, value)| {
-                    let value = match value {
-                        AMQPValue::LongString(v) => {
-                            String::from_utf8_lossy(v.as_bytes()).into_owned()
-                        }
-                        AMQPValue::ShortString(v) => v.as_str().to_owned(),
-                        AMQPValue::Boolean(v) => v.to_string(),
-                        AMQPValue::ShortShortInt(v) => v.to_string(),
-                        AMQPValue::ShortShortUInt(v) => v.to_string(),
-                        AMQPValue::ShortInt(v) => v.to_string(),
-                        AMQPValue::ShortUInt(v) => v.to_string(),
-                        AMQPValue::LongInt(v) => v.to_string(),
-                        AMQPValue::LongUInt(v) => v.to_string(),
-                        AMQPValue::LongLongInt(v) => v.to_string(),
-                        AMQPValue::Timestamp(seconds) => chrono::DateTime::from_timestamp(
-                            i64::try_from(*seconds).unwrap_or(i64::MAX),
-                            0,
-                        )?
-                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        _ => return None,
-                    };
-                    Some((name.as_str(), value))
-                }),
-                &["ce-", "cloudevents:", "cloudevents_"],
-            )
+            let values = table
+                .inner()
+                .iter()
+                .map(|(name, value)| (name.as_str(), value));
+            crate::brokers::ce_attributes(values, &["ce-", "cloudevents:", "cloudevents_"], text)
         })
         .unwrap_or_default();
     crate::wire::Inbound {
