@@ -290,7 +290,11 @@ impl<'a> Inbound<'a> {
             .content_type
             .as_deref()
             .map(str::trim_start)
-            .filter(|t| t.len() >= 23 && t[..23].eq_ignore_ascii_case("application/cloudevents"));
+            .filter(|t| {
+                let prefix = "application/cloudevents";
+                t.get(..prefix.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+            });
         let read = if let Some(content_type) = structured {
             read_structured(content_type, self.body, now)
         } else if self

@@ -170,6 +170,16 @@ fn what_is_not_a_cloudevent_says_why() {
 }
 
 #[test]
+fn a_content_type_with_any_characters_is_read_without_panicking() {
+    // A multi-byte character where the structured prefix would end.
+    let content_type = "application/cloudevent\u{e9}s+json";
+    assert!(matches!(
+        binary(vec![], Some(content_type), b"{}"),
+        Decoded::Envelope(_)
+    ));
+}
+
+#[test]
 fn a_message_without_cloudevents_headers_is_an_envelope() {
     assert!(matches!(
         binary(vec![], Some(JSON), b"{}"),
