@@ -783,6 +783,99 @@ async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
     db.cleanup().await;
 }
 
+/// A relay started right after a bulk commit takes the statistics again although the server has
+/// not yet counted the rows (it counts them up to a second late, and 8,000 is under the 10,000
+/// changed rows that make them stale): the table grew from empty to over a megabyte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_statistics_taken_before_a_bulk_commit_are_stale() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    sqlx::raw_sql("ALTER TABLE biz_outbox_event SET (autovacuum_enabled = false)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    place_many(&db, 8_000, 1).await;
+    assert!(
+        db.outbox.ensure_statistics().await.unwrap(),
+        "statistics of the empty table were kept for a table of 8,000 rows"
+    );
+    let tuples: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'biz_outbox_event'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert!(tuples > 7_000.0, "ANALYZE counted {tuples} rows");
+    assert!(!db.outbox.ensure_statistics().await.unwrap(), "fresh now");
+    db.cleanup().await;
+}
+
+/// The claim's per-aggregate check probes the index once per candidate whatever the planner's
+/// statistics say: with statistics of the empty table and a backlog of 3,000, an anti join
+/// would read the unpublished index once per candidate (500 x 3,000 entries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claim_does_not_depend_on_the_statistics() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    sqlx::raw_sql("ALTER TABLE biz_outbox_event SET (autovacuum_enabled = false)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    place_many(&db, 3_000, 1).await;
+    let stats: (f32, i32) = sqlx::query_as(
+        "SELECT reltuples, relpages FROM pg_class WHERE relname = 'biz_outbox_event'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        stats,
+        (0.0, 0),
+        "the statistics are those of the empty table"
+    );
+    sqlx::query(
+        "SELECT pg_stat_reset_single_table_counters('outbox_idx_unpublished_aggregate'::regclass)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    // Its own pool, closed after the claim: a backend that ends reports its counters.
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let (publisher, _received) = ChannelPublisher::channel(1000);
+    let report = outbox
+        .relay(publisher, RelayConfig::new("r").batch_size(500))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.published, 500);
+    pool.close().await;
+    let read = async || -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT idx_scan, idx_tup_read FROM pg_stat_user_indexes \
+             WHERE indexrelname = 'outbox_idx_unpublished_aggregate'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let (scans, tuples) = event_tests::wait::until(Duration::from_secs(10), async || {
+        let (scans, tuples) = read().await;
+        if scans >= 500 {
+            Ok((scans, tuples))
+        } else {
+            Err(format!("{scans} scans of the unpublished index reported"))
+        }
+    })
+    .await;
+    assert!(
+        tuples < 5_000,
+        "{scans} probes read {tuples} index entries: the check read the backlog per candidate"
+    );
+    db.cleanup().await;
+}
+
 /// A commit in one process wakes the relay of another at once, through PostgreSQL LISTEN/NOTIFY,
 /// long before its poll interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,20 @@ impl Dialect {
         }
     }
 
+    /// What ends the claim's per-aggregate `NOT EXISTS` subquery. On PostgreSQL, `OFFSET 0`
+    /// keeps the planner from turning it into an anti join, whose plan depends on the
+    /// statistics: taken before a backlog was committed (or while the server had not yet counted
+    /// its rows, which it does up to a second late), they say the table is empty, and the anti
+    /// join then reads every unpublished row for each candidate, a second or more per claim of
+    /// a 20,000-event backlog. Kept a subquery, it runs once per candidate as an index-only probe
+    /// of `outbox_idx_unpublished_aggregate`, whatever the statistics say.
+    pub(crate) fn per_row_subquery(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " OFFSET 0",
+            Dialect::MySql | Dialect::Sqlite => "",
+        }
+    }
+
     /// How a claim's UPDATE names the rows its subquery picks: `(open, close)` around the
     /// subquery. On PostgreSQL `id = ANY(ARRAY(subquery))` runs the subquery once, as an
     /// InitPlan: written `id IN (subquery)`, a planner whose statistics say the backlog is empty
@@ -191,9 +205,10 @@ impl Dialect {
     /// or need none.
     pub(crate) fn stale_statistics(self) -> Option<&'static str> {
         match self {
-            Dialect::Postgres => {
-                Some("SELECT 1 FROM pg_stat_user_tables WHERE relid = to_regclass(")
-            }
+            Dialect::Postgres => Some(
+                "SELECT 1 FROM pg_stat_user_tables JOIN pg_class ON pg_class.oid = relid \
+                 WHERE relid = to_regclass(",
+            ),
             Dialect::MySql | Dialect::Sqlite => None,
         }
     }

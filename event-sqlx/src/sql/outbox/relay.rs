@@ -23,14 +23,16 @@ pub(super) fn claimable() -> String {
 }
 
 /// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The status
-/// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`.
-pub(super) fn no_earlier_unpublished(table: &TableName) -> String {
+/// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`; the subquery
+/// runs per candidate row (see [`Dialect::per_row_subquery`](crate::sql::dialect::Dialect)).
+pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName) -> String {
     format!(
         " AND NOT EXISTS (SELECT 1 FROM {table} p \
          WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
          AND p.aggregate_sequence < o.aggregate_sequence AND p.publish_status IN {} \
-         AND p.deleted = 0)",
-        codes(&[Pending, InProgress, Failed])
+         AND p.deleted = 0{})",
+        codes(&[Pending, InProgress, Failed]),
+        DB::DIALECT.per_row_subquery()
     )
 }
 
@@ -64,7 +66,7 @@ pub(super) fn due_candidates<DB: Backend>(
         .bind(now)
         .push(")");
     if ordered {
-        q.push(no_earlier_unpublished(table));
+        q.push(no_earlier_unpublished::<DB>(table));
     }
 }
 
