@@ -24,6 +24,8 @@ struct Figures {
     /// Against the envelope on the same broker in this run: 1.0 is as fast.
     relay_vs_envelope: f64,
     consumer_vs_envelope: f64,
+    relay_samples: Vec<f64>,
+    consumer_samples: Vec<f64>,
 }
 
 const FORMATS: [WireFormat; 3] = [
@@ -32,18 +34,38 @@ const FORMATS: [WireFormat; 3] = [
     WireFormat::CloudEventsStructured,
 ];
 
+/// Rounds per format: the formats take turns, so that a slow moment of the machine falls on
+/// each of them alike, and each figure is the median of its rounds.
+const ROUNDS: usize = 3;
+
 pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
     let mut figures = Vec::new();
     for broker in ["nats", "rabbitmq", "kafka"] {
         if brokers != "all" && !brokers.split(',').any(|b| b == broker) {
             continue;
         }
-        let mut envelope = None;
-        for format in FORMATS {
-            let (relay, consumer) = measure(broker, format, events)
-                .await
-                .with_context(|| format!("{broker}, {format}"))?;
-            let (relay_base, consumer_base) = *envelope.get_or_insert((relay, consumer));
+        let mut samples: Vec<(Vec<f64>, Vec<f64>)> = vec![Default::default(); FORMATS.len()];
+        for round in 0..ROUNDS {
+            for (format, (relay, consumer)) in FORMATS.iter().zip(&mut samples) {
+                let (r, c) = measure(broker, *format, events)
+                    .await
+                    .with_context(|| format!("{broker}, {format}, round {}", round + 1))?;
+                eprintln!(
+                    "{broker} {format} round {}: relay {r:.0}/s, consumer {c:.0}/s",
+                    round + 1
+                );
+                relay.push(r);
+                consumer.push(c);
+            }
+        }
+        let medians: Vec<(f64, f64)> = samples
+            .iter()
+            .map(|(r, c)| (median(r), median(c)))
+            .collect();
+        let (relay_base, consumer_base) = medians[0];
+        for ((format, (relay, consumer)), (relay_samples, consumer_samples)) in
+            FORMATS.iter().zip(medians).zip(samples)
+        {
             let f = Figures {
                 broker,
                 format: format.name(),
@@ -52,17 +74,27 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
                 consumer_events_per_s: consumer,
                 relay_vs_envelope: relay / relay_base,
                 consumer_vs_envelope: consumer / consumer_base,
+                relay_samples,
+                consumer_samples,
             };
             eprintln!("{f:?}");
             figures.push(f);
         }
     }
     let report = serde_json::json!({
-        "what": "a committed backlog on PostgreSQL: one relay (batches of 500) publishing in each wire format, then a subscription (batches of 500, batch handler) consuming it; rates in events/s, ratios against the envelope on the same broker in the same run",
+        "machine": crate::machine(),
+        "measuredAt": chrono::Utc::now(),
+        "what": format!("a committed backlog on PostgreSQL: one relay (batches of 500) publishing in each wire format, then a subscription (batches of 500, batch handler) consuming it; rates in events/s, each the median of {ROUNDS} rounds in which the formats take turns; ratios against the envelope on the same broker in the same run"),
         "figures": figures,
     });
     crate::write_result("benches/results/wire-formats.json", &report)?;
     Ok(())
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The relay's drain rate and the consumer's rate for `events` in `format` on `broker`.
