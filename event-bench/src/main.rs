@@ -7,6 +7,7 @@ mod archive;
 mod backlog;
 mod charts;
 mod console;
+mod cpu;
 mod delivery;
 mod derive_build;
 mod outbox;
@@ -87,6 +88,10 @@ struct Args {
     /// kafka).
     #[arg(long, default_value = "all")]
     brokers: String,
+    /// With --throughput: only the latency runs (at 500 events/s and at saturation), without
+    /// the backlog runs.
+    #[arg(long)]
+    latency_only: bool,
     /// Draws the performance chapter's charts from `benches/results` into this directory.
     #[arg(long)]
     charts: Option<PathBuf>,
@@ -117,7 +122,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return producer::run(transactions).await;
     }
     if let Some(events) = args.throughput {
-        return throughput::run(events, &args.brokers).await;
+        return throughput::run(events, &args.brokers, args.latency_only).await;
     }
     if let Some(events) = args.wire_formats {
         return wire::run(events, &args.brokers).await;

@@ -47,6 +47,8 @@ struct Backlog {
     raw_multi_row_insert_per_s: f64,
     vs_raw_publish: f64,
     vs_raw_insert: f64,
+    /// CPU seconds per 1,000 events moved, by process group (see `cpu`).
+    cpu_s_per_1000_events: crate::cpu::PerThousand,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,6 +64,16 @@ struct Latency {
     /// Medians from the event's creation, from the outbox's and the inbox's timestamps: claimed
     /// by a relay, marked published (after the broker's ack), recorded in the consumer's inbox.
     stages_p50_ms: Stages,
+    stages_max_ms: StagesMax,
+    /// CPU seconds per 1,000 events, committing included, by process group (see `cpu`).
+    cpu_s_per_1000_events: crate::cpu::PerThousand,
+    /// At saturation: the same producers' transactions without the toolkit (one row of the
+    /// order's size into a plain table, one transaction each) on the same database just before,
+    /// and the end-to-end rate against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_transactions_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_raw_transactions: Option<f64>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -72,7 +84,21 @@ struct Stages {
     consumed: f64,
 }
 
-pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
+/// The longest any event waited from its creation for each stage.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+struct StagesMax {
+    claimed: f64,
+    marked_published: f64,
+}
+
+/// The consumer's batch size in the latency runs.
+const LATENCY_BATCH: usize = 50;
+
+/// The producer counts of the saturation runs.
+const SATURATING_PRODUCERS: [usize; 3] = [1, 4, 16];
+
+pub(crate) async fn run(events: usize, brokers: &str, latency_only: bool) -> anyhow::Result<()> {
     let mut backlog = Vec::new();
     let mut latency = Vec::new();
     for broker in ["nats", "rabbitmq", "kafka"] {
@@ -93,7 +119,7 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
         } else {
             &[(500, false), (500, true)]
         };
-        for &(batch, slice) in runs {
+        for &(batch, slice) in runs.iter().filter(|_| !latency_only) {
             // One transaction per event is two orders of magnitude slower: a tenth of the backlog.
             let n = if batch == 1 { events / 10 } else { events };
             let figures = drain_backlog(broker, batch, slice, n, raw)
@@ -107,11 +133,13 @@ pub(crate) async fn run(events: usize, brokers: &str) -> anyhow::Result<()> {
             .with_context(|| format!("{broker} at 500/s"))?;
         eprintln!("{figures:?}");
         latency.push(figures);
-        let figures = latency_run(broker, 4, None, 20_000)
-            .await
-            .with_context(|| format!("{broker} saturated"))?;
-        eprintln!("{figures:?}");
-        latency.push(figures);
+        for producers in SATURATING_PRODUCERS {
+            let figures = latency_run(broker, producers, None, 20_000)
+                .await
+                .with_context(|| format!("{broker} saturated by {producers} producers"))?;
+            eprintln!("{figures:?}");
+            latency.push(figures);
+        }
     }
     let report = serde_json::json!({
         "machine": crate::machine(),
@@ -324,6 +352,7 @@ async fn drain_backlog(
     let raw_insert = raw_insert(&s.db, events).await?;
     commit_backlog(&s.outbox, events).await?;
     let applied = Arc::new(AtomicUsize::new(0));
+    let cpu = crate::cpu::Snapshot::take();
     let elapsed = if slice {
         let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied));
         run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
@@ -331,6 +360,7 @@ async fn drain_backlog(
         let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
         run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
     };
+    let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
     let rate = events as f64 / elapsed.as_secs_f64();
     s.db.cleanup().await;
     Ok(Backlog {
@@ -343,6 +373,7 @@ async fn drain_backlog(
         raw_multi_row_insert_per_s: raw_insert,
         vs_raw_publish: rate / raw_publish,
         vs_raw_insert: rate / raw_insert,
+        cpu_s_per_1000_events: cpu,
     })
 }
 
@@ -371,6 +402,46 @@ async fn raw_insert(db: &TestDb<Postgres>, events: usize) -> anyhow::Result<f64>
     Ok(rate)
 }
 
+/// The database's own rate for `producers` producers each committing one row per transaction
+/// (BEGIN, INSERT of an order-sized row, COMMIT, as `Outbox::commit` runs them), `events` rows
+/// in all, on the pool the toolkit uses.
+async fn raw_transactions(
+    db: &TestDb<Postgres>,
+    producers: usize,
+    events: usize,
+) -> anyhow::Result<f64> {
+    sqlx::raw_sql(
+        "CREATE TABLE raw_order (id BIGSERIAL PRIMARY KEY, order_id TEXT NOT NULL, \
+         amount_minor BIGINT NOT NULL, payload JSONB NOT NULL)",
+    )
+    .execute(db.pool())
+    .await?;
+    let started = Instant::now();
+    let work = (0..producers).map(|p| async move {
+        for i in (p..events).step_by(producers) {
+            let mut tx = db.pool().begin().await?;
+            sqlx::query(
+                "INSERT INTO raw_order (order_id, amount_minor, payload) VALUES ($1, $2, $3)",
+            )
+            .bind(format!("o{i}"))
+            .bind(i as i64)
+            .bind(serde_json::json!({"orderId": format!("o{i}"), "amountMinor": i}))
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+        }
+        Ok::<(), anyhow::Error>(())
+    });
+    for done in futures_util::future::join_all(work).await {
+        done?;
+    }
+    let rate = events as f64 / started.elapsed().as_secs_f64();
+    sqlx::raw_sql("DROP TABLE raw_order")
+        .execute(db.pool())
+        .await?;
+    Ok(rate)
+}
+
 /// `producers` producers committing one event per transaction, each paced at `rate /
 /// producers` per second, or as fast as they go when `rate` is `None`.
 async fn latency_run(
@@ -379,7 +450,11 @@ async fn latency_run(
     rate: Option<f64>,
     events: usize,
 ) -> anyhow::Result<Latency> {
-    let s = setup(broker, 50).await?;
+    let s = setup(broker, LATENCY_BATCH).await?;
+    let raw = match rate {
+        Some(_) => None,
+        None => Some(raw_transactions(&s.db, producers, events).await?),
+    };
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
     let applied = Arc::new(AtomicUsize::new(0));
     let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
@@ -400,7 +475,7 @@ async fn latency_run(
             // Polling the handler's counter, with the deadline above.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let _ = measured_from.set(Instant::now());
+        let _ = measured_from.set((Instant::now(), crate::cpu::Snapshot::take()));
         let producing = (0..producers).map(|p| {
             let outbox = outbox.clone();
             async move {
@@ -423,10 +498,12 @@ async fn latency_run(
     };
     let run_started = Instant::now();
     let elapsed = run_until_applied(&s, &consumer, &applied, events + 1, produce).await?;
-    // The rate counts from the end of the warm-up.
-    let warm_up = warmed_up_at
-        .get()
-        .map_or(Duration::ZERO, |&at| at - run_started);
+    let cpu_now = crate::cpu::Snapshot::take();
+    // The rate and the CPU time count from the end of the warm-up.
+    let (warm_up, cpu) = warmed_up_at.get().map_or_else(
+        || (Duration::ZERO, cpu_now.per_thousand_since(&cpu_now, events)),
+        |(at, cpu)| (*at - run_started, cpu_now.per_thousand_since(cpu, events)),
+    );
     let elapsed = elapsed.saturating_sub(warm_up);
     let load = match rate {
         Some(rate) => format!("{rate} events/s, {producers} producers"),
@@ -445,7 +522,25 @@ async fn latency_run(
     )
     .fetch_one(s.db.pool())
     .await?;
-    let figures = latency_figures(broker, load, 50, events, elapsed, &latencies, stages)?;
+    let stages_max = sqlx::query_as::<_, StagesMax>(
+        "SELECT \
+         max(extract(epoch FROM last_publish_time - create_time) * 1000)::float8 AS claimed, \
+         max(extract(epoch FROM published_time - create_time) * 1000)::float8 AS marked_published \
+         FROM biz_outbox_event WHERE aggregate_id <> 'warm-up'",
+    )
+    .fetch_one(s.db.pool())
+    .await?;
+    let mut figures = latency_figures(
+        broker,
+        load,
+        events,
+        elapsed,
+        &latencies,
+        (stages, stages_max),
+        cpu,
+    )?;
+    figures.raw_transactions_per_s = raw;
+    figures.vs_raw_transactions = raw.map(|raw| figures.events_per_s / raw);
     s.db.cleanup().await;
     Ok(figures)
 }
@@ -472,11 +567,11 @@ async fn commit_warm_up(outbox: &Outbox<Postgres>) -> anyhow::Result<()> {
 fn latency_figures(
     broker: &'static str,
     load: String,
-    batch: usize,
     events: usize,
     elapsed: Duration,
     latencies: &std::sync::Mutex<Vec<f64>>,
-    stages_p50_ms: Stages,
+    (stages_p50_ms, stages_max_ms): (Stages, StagesMax),
+    cpu_s_per_1000_events: crate::cpu::PerThousand,
 ) -> anyhow::Result<Latency> {
     let mut latencies = latencies
         .lock()
@@ -488,12 +583,16 @@ fn latency_figures(
     Ok(Latency {
         broker,
         load,
-        consumer_batch: batch,
+        consumer_batch: LATENCY_BATCH,
         events,
         events_per_s: events as f64 / elapsed.as_secs_f64(),
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
         stages_p50_ms,
+        stages_max_ms,
+        cpu_s_per_1000_events,
+        raw_transactions_per_s: None,
+        vs_raw_transactions: None,
     })
 }
 

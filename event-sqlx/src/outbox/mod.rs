@@ -173,9 +173,9 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Takes the outbox table's statistics when they are missing or stale (PostgreSQL: never
-    /// taken, or more than 10,000 rows written since, as after a bulk load or a backlog that
-    /// autovacuum has not caught up with); otherwise one cheap catalog query. Returns whether it
-    /// took them. Relays call it when they start.
+    /// taken, or taken when the table was less than half its size, as before a bulk load or a
+    /// backlog that autovacuum has not caught up with); otherwise one cheap catalog query.
+    /// Returns whether it took them. Relays call it when they start and every recovery interval.
     pub async fn ensure_statistics(&self) -> Result<bool, Error> {
         let mut conn = self.conn().await?;
         if !sql::stale_statistics::<DB>(&mut conn, &self.config.table)

@@ -186,10 +186,10 @@ impl Dialect {
         }
     }
 
-    /// The statement that refreshes the planner's statistics of `table`, where the claim's plan
-    /// depends on them: PostgreSQL picks the claim's partial index only when it knows how few
-    /// rows are claimable, MySQL its status index. SQLite's claim is written in index order and
-    /// needs none.
+    /// The statement that refreshes the planner's statistics of `table`, where plans depend on
+    /// them: MySQL picks the claim's status index only when it knows how few rows are
+    /// claimable, PostgreSQL plans the console's and the operators' queries with them. SQLite's
+    /// claim is written in index order and needs none.
     pub(crate) fn analyze(self, table: &str) -> Option<String> {
         match self {
             Dialect::Postgres => Some(format!("ANALYZE {table}")),

@@ -295,12 +295,12 @@ pub(crate) async fn analyze<DB: Backend>(
 }
 
 /// Whether `table`'s statistics are missing or stale (see [`Dialect::stale_statistics`]): never
-/// taken, more than 10,000 rows changed since they were taken, or the table more than twice the
-/// size (and a megabyte more) they were taken at. The server counts changed rows up to a second
-/// after they commit, so a relay started right after a bulk commit reads the count too low; the
-/// table's size on disk it reads as it is. The claim's plan depends on how
-/// many rows are unpublished, which is small next to the table: a backlog of 50,000 beside a
-/// larger history is stale for the claim long before it is for autovacuum (10% of the table).
+/// taken, or taken when the table was less than half its size (and a megabyte smaller), as
+/// before a bulk load. The table's size on disk is read as it is; the server's count of changed
+/// rows lags up to a second behind their commit, and on a busy outbox it passes any threshold
+/// every few seconds, which would have every relay take the statistics again and again. The
+/// claim's plan no longer depends on them (see [`Dialect::per_row_subquery`]); the console's
+/// and the operators' queries do.
 pub(crate) async fn stale_statistics<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
@@ -311,7 +311,6 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     let mut q = Sql::<DB>::new(query);
     q.bind(table.as_str()).push(
         ") AND ((last_analyze IS NULL AND last_autoanalyze IS NULL) \
-         OR n_mod_since_analyze > 10000 \
          OR pg_relation_size(relid) > (2 * relpages + 128)::bigint * current_setting('block_size')::bigint)",
     );
     Ok(!q.fetch(conn).await?.is_empty())
