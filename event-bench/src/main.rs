@@ -92,6 +92,10 @@ struct Args {
     /// the backlog runs.
     #[arg(long)]
     latency_only: bool,
+    /// With --throughput: the outbox table in the lean index profile (PostgreSQL), written to
+    /// benches/results/throughput-lean.json.
+    #[arg(long)]
+    lean: bool,
     /// Draws the performance chapter's charts from `benches/results` into this directory.
     #[arg(long)]
     charts: Option<PathBuf>,
@@ -122,7 +126,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return producer::run(transactions).await;
     }
     if let Some(events) = args.throughput {
-        return throughput::run(events, &args.brokers, args.latency_only).await;
+        let profile = if args.lean {
+            event_sqlx::IndexProfile::Lean
+        } else {
+            event_sqlx::IndexProfile::Seed
+        };
+        return throughput::run(events, &args.brokers, args.latency_only, profile).await;
     }
     if let Some(events) = args.wire_formats {
         return wire::run(events, &args.brokers).await;

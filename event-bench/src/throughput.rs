@@ -20,9 +20,9 @@ use anyhow::Context;
 use chrono::Utc;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, HandlerError, JetStreamSubscription, KafkaPublisher, KafkaSubscription,
-    NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher, RabbitMqSubscription, RelayConfig,
-    Route, Routes,
+    Consumer, Delivered, HandlerError, IndexProfile, JetStreamSubscription, KafkaPublisher,
+    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher,
+    RabbitMqSubscription, RelayConfig, Route, Routes,
 };
 use event_tests::any_broker::stream_for;
 use event_tests::any_broker::{AnyPublisher, AnySubscription};
@@ -98,7 +98,12 @@ const LATENCY_BATCH: usize = 50;
 /// The producer counts of the saturation runs.
 const SATURATING_PRODUCERS: [usize; 3] = [1, 4, 16];
 
-pub(crate) async fn run(events: usize, brokers: &str, latency_only: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    events: usize,
+    brokers: &str,
+    latency_only: bool,
+    profile: IndexProfile,
+) -> anyhow::Result<()> {
     let mut backlog = Vec::new();
     let mut latency = Vec::new();
     for broker in ["nats", "rabbitmq", "kafka"] {
@@ -122,19 +127,19 @@ pub(crate) async fn run(events: usize, brokers: &str, latency_only: bool) -> any
         for &(batch, slice) in runs.iter().filter(|_| !latency_only) {
             // One transaction per event is two orders of magnitude slower: a tenth of the backlog.
             let n = if batch == 1 { events / 10 } else { events };
-            let figures = drain_backlog(broker, batch, slice, n, raw)
+            let figures = drain_backlog(broker, batch, slice, n, raw, profile)
                 .await
                 .with_context(|| format!("{broker} backlog, batch {batch}"))?;
             eprintln!("{figures:?}");
             backlog.push(figures);
         }
-        let figures = latency_run(broker, 2, Some(500.0), 5_000)
+        let figures = latency_run(broker, 2, Some(500.0), 5_000, profile)
             .await
             .with_context(|| format!("{broker} at 500/s"))?;
         eprintln!("{figures:?}");
         latency.push(figures);
         for producers in SATURATING_PRODUCERS {
-            let figures = latency_run(broker, producers, None, 20_000)
+            let figures = latency_run(broker, producers, None, 20_000, profile)
                 .await
                 .with_context(|| format!("{broker} saturated by {producers} producers"))?;
             eprintln!("{figures:?}");
@@ -145,11 +150,16 @@ pub(crate) async fn run(events: usize, brokers: &str, latency_only: bool) -> any
         "machine": crate::machine(),
         "measuredAt": Utc::now(),
         "store": "PostgreSQL",
+        "indexProfile": format!("{profile:?}"),
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
         "backlog": backlog,
         "latency": latency,
     });
-    crate::write_result("benches/results/throughput.json", &report)?;
+    let file = match profile {
+        IndexProfile::Lean => "benches/results/throughput-lean.json",
+        _ => "benches/results/throughput.json",
+    };
+    crate::write_result(file, &report)?;
     Ok(())
 }
 
@@ -162,7 +172,11 @@ pub(crate) struct Setup {
     pub(crate) subscription: AnySubscription,
 }
 
-pub(crate) async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
+pub(crate) async fn setup(
+    broker: &str,
+    batch: usize,
+    profile: IndexProfile,
+) -> anyhow::Result<Setup> {
     let db = TestDb::postgres()
         .await
         .context("PostgreSQL is unreachable")?;
@@ -179,11 +193,14 @@ pub(crate) async fn setup(broker: &str, batch: usize) -> anyhow::Result<Setup> {
     let topic = unique("tp").replace('_', "-");
     let outbox = Outbox::new(
         db.pool().clone(),
-        OutboxConfig::new().route(
+        OutboxConfig::new().index_profile(profile).route(
             "ORDER_PLACED",
             Route::topic(topic.clone()).routing_key("order.placed"),
         ),
     );
+    if profile != IndexProfile::Seed {
+        outbox.migrate().await?;
+    }
     let (publisher, subscription) = match broker {
         "nats" => {
             let publisher = NatsPublisher::connect(&nats_url()).await?;
@@ -347,8 +364,9 @@ async fn drain_backlog(
     slice: bool,
     events: usize,
     raw_publish: f64,
+    profile: IndexProfile,
 ) -> anyhow::Result<Backlog> {
-    let s = setup(broker, batch).await?;
+    let s = setup(broker, batch, profile).await?;
     let raw_insert = raw_insert(&s.db, events).await?;
     commit_backlog(&s.outbox, events).await?;
     let applied = Arc::new(AtomicUsize::new(0));
@@ -449,8 +467,9 @@ async fn latency_run(
     producers: usize,
     rate: Option<f64>,
     events: usize,
+    profile: IndexProfile,
 ) -> anyhow::Result<Latency> {
-    let s = setup(broker, LATENCY_BATCH).await?;
+    let s = setup(broker, LATENCY_BATCH, profile).await?;
     let raw = match rate {
         Some(_) => None,
         None => Some(raw_transactions(&s.db, producers, events).await?),

@@ -103,7 +103,7 @@ async fn measure(
     format: WireFormat,
     events: usize,
 ) -> anyhow::Result<(f64, f64)> {
-    let s = setup(broker, 500).await?;
+    let s = setup(broker, 500, event_sqlx::IndexProfile::Seed).await?;
     commit_backlog(&s.outbox, events).await?;
     let relay = s.outbox.relay(
         s.publisher.clone().wire_format(format),
