@@ -783,19 +783,27 @@ async fn postgres_relay_takes_statistics_of_a_table_that_has_none() {
     db.cleanup().await;
 }
 
-/// A relay started right after a bulk commit takes the statistics again although the server has
-/// not yet counted the rows (it counts them up to a second late, and 8,000 is under the 10,000
-/// changed rows that make them stale): the table grew from empty to over a megabyte.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_statistics_taken_before_a_bulk_commit_are_stale() {
-    let Some(db) = TestDb::postgres().await else {
-        return;
-    };
+/// A PostgreSQL outbox whose statistics are those `migrate` took of the empty table, with
+/// `orders` orders committed since and autovacuum off for the table, so that nothing takes them
+/// again behind the test's back.
+async fn postgres_filled_after_its_statistics(orders: usize) -> Option<TestDb<sqlx::Postgres>> {
+    let db = TestDb::postgres().await?;
     sqlx::raw_sql("ALTER TABLE biz_outbox_event SET (autovacuum_enabled = false)")
         .execute(db.pool())
         .await
         .unwrap();
-    place_many(&db, 8_000, 1).await;
+    place_many(&db, orders, 1).await;
+    Some(db)
+}
+
+/// A relay started right after a bulk commit takes the statistics again, whether or not the
+/// server has counted the new rows yet (it counts them up to a second late): the table grew from
+/// empty to over a megabyte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_statistics_taken_before_a_bulk_commit_are_stale() {
+    let Some(db) = postgres_filled_after_its_statistics(8_000).await else {
+        return;
+    };
     assert!(
         db.outbox.ensure_statistics().await.unwrap(),
         "statistics of the empty table were kept for a table of 8,000 rows"
@@ -815,14 +823,9 @@ async fn postgres_statistics_taken_before_a_bulk_commit_are_stale() {
 /// would read the unpublished index once per candidate (500 x 3,000 entries).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_claim_does_not_depend_on_the_statistics() {
-    let Some(db) = TestDb::postgres().await else {
+    let Some(db) = postgres_filled_after_its_statistics(3_000).await else {
         return;
     };
-    sqlx::raw_sql("ALTER TABLE biz_outbox_event SET (autovacuum_enabled = false)")
-        .execute(db.pool())
-        .await
-        .unwrap();
-    place_many(&db, 3_000, 1).await;
     let stats: (f32, i32) = sqlx::query_as(
         "SELECT reltuples, relpages FROM pg_class WHERE relname = 'biz_outbox_event'",
     )
