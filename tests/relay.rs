@@ -847,12 +847,12 @@ async fn postgres_claim_does_not_depend_on_the_statistics() {
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
     let (publisher, _received) = ChannelPublisher::channel(1000);
-    let report = outbox
-        .relay(publisher, RelayConfig::new("r").batch_size(500))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(report.published, 500);
+    let relay = outbox.relay(publisher, RelayConfig::new("r").batch_size(500));
+    assert_eq!(
+        relay.run_once().await.unwrap().published,
+        500,
+        "one batch claimed"
+    );
     pool.close().await;
     let read = async || -> (i64, i64) {
         sqlx::query_as(
