@@ -198,17 +198,20 @@ impl Dialect {
         }
     }
 
-    /// The start of a query of one row when the statistics of the table (its name bound next)
-    /// are missing or stale: never taken, by hand or by the server's background work
-    /// (PostgreSQL's autovacuum), or taken before most of its rows were written (a bulk load
-    /// that autovacuum has not caught up with). Other databases keep statistics as rows change,
-    /// or need none.
-    pub(crate) fn stale_statistics(self) -> Option<&'static str> {
+    /// A query of one row when the statistics of the table are missing or stale, as the text
+    /// before and after the table's name (bound between them): never taken, by hand or by the
+    /// server's background work (PostgreSQL's autovacuum), or taken when the table was less than
+    /// half its size on disk (a bulk load that autovacuum has not caught up with). Other
+    /// databases keep statistics as rows change, or need none.
+    pub(crate) fn stale_statistics(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Dialect::Postgres => Some(
+            Dialect::Postgres => Some((
                 "SELECT 1 FROM pg_stat_user_tables JOIN pg_class ON pg_class.oid = relid \
                  WHERE relid = to_regclass(",
-            ),
+                ") AND ((last_analyze IS NULL AND last_autoanalyze IS NULL) \
+                 OR pg_relation_size(relid) \
+                 > (2 * relpages + 128)::bigint * current_setting('block_size')::bigint)",
+            )),
             Dialect::MySql | Dialect::Sqlite => None,
         }
     }

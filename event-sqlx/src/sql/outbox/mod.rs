@@ -305,14 +305,11 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
 ) -> Result<bool, sqlx::Error> {
-    let Some(query) = DB::DIALECT.stale_statistics() else {
+    let Some((before, after)) = DB::DIALECT.stale_statistics() else {
         return Ok(false);
     };
-    let mut q = Sql::<DB>::new(query);
-    q.bind(table.as_str()).push(
-        ") AND ((last_analyze IS NULL AND last_autoanalyze IS NULL) \
-         OR pg_relation_size(relid) > (2 * relpages + 128)::bigint * current_setting('block_size')::bigint)",
-    );
+    let mut q = Sql::<DB>::new(before);
+    q.bind(table.as_str()).push(after);
     Ok(!q.fetch(conn).await?.is_empty())
 }
 

@@ -24,7 +24,9 @@ pub(super) fn claimable() -> String {
 
 /// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The status
 /// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`; the subquery
-/// runs per candidate row (see [`Dialect::per_row_subquery`](crate::sql::dialect::Dialect)).
+/// runs per candidate row (see [`Dialect::per_row_subquery`]).
+///
+/// [`Dialect::per_row_subquery`]: crate::sql::dialect::Dialect::per_row_subquery
 pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName) -> String {
     format!(
         " AND NOT EXISTS (SELECT 1 FROM {table} p \
