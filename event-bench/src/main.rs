@@ -90,8 +90,11 @@ struct Args {
     brokers: String,
     /// With --throughput: only the latency runs (at 500 events/s and at saturation), without
     /// the backlog runs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "backlog_only")]
     latency_only: bool,
+    /// With --throughput: only the backlog runs, without the latency runs.
+    #[arg(long)]
+    backlog_only: bool,
     /// With --throughput: the outbox table in the lean index profile (PostgreSQL), written to
     /// benches/results/throughput-lean.json.
     #[arg(long)]
@@ -131,7 +134,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         } else {
             event_sqlx::IndexProfile::Seed
         };
-        return throughput::run(events, &args.brokers, args.latency_only, profile).await;
+        let runs = throughput::Runs {
+            backlog: !args.latency_only,
+            latency: !args.backlog_only,
+        };
+        return throughput::run(events, &args.brokers, runs, profile).await;
     }
     if let Some(events) = args.wire_formats {
         return wire::run(events, &args.brokers).await;

@@ -98,10 +98,19 @@ const LATENCY_BATCH: usize = 50;
 /// The producer counts of the saturation runs.
 const SATURATING_PRODUCERS: [usize; 3] = [1, 4, 16];
 
+/// Which runs of the throughput benchmark to make.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Runs {
+    /// The committed backlogs, drained end to end.
+    pub(crate) backlog: bool,
+    /// Commit to consume at 500 events/s and at saturation.
+    pub(crate) latency: bool,
+}
+
 pub(crate) async fn run(
     events: usize,
     brokers: &str,
-    latency_only: bool,
+    runs_wanted: Runs,
     profile: IndexProfile,
 ) -> anyhow::Result<()> {
     let mut backlog = Vec::new();
@@ -124,7 +133,7 @@ pub(crate) async fn run(
         } else {
             &[(500, false), (500, true)]
         };
-        for &(batch, slice) in runs.iter().filter(|_| !latency_only) {
+        for &(batch, slice) in runs.iter().filter(|_| runs_wanted.backlog) {
             // One transaction per event is two orders of magnitude slower: a tenth of the backlog.
             let n = if batch == 1 { events / 10 } else { events };
             let figures = drain_backlog(broker, batch, slice, n, raw, profile)
@@ -132,6 +141,9 @@ pub(crate) async fn run(
                 .with_context(|| format!("{broker} backlog, batch {batch}"))?;
             eprintln!("{figures:?}");
             backlog.push(figures);
+        }
+        if !runs_wanted.latency {
+            continue;
         }
         let figures = latency_run(broker, 2, Some(500.0), 5_000, profile)
             .await
