@@ -879,6 +879,79 @@ async fn postgres_claim_does_not_depend_on_the_statistics() {
     db.cleanup().await;
 }
 
+/// The durability each relay write on PostgreSQL ran under, as a trigger saw it inside the
+/// write's own transaction: `(status written, synchronous_commit)`, in order; `None` without
+/// a server.
+async fn relay_writes_durability(synchronous_commit: Option<bool>) -> Option<Vec<(i16, String)>> {
+    let db = TestDb::postgres().await?;
+    sqlx::raw_sql(
+        "CREATE TABLE relay_write (id BIGSERIAL PRIMARY KEY, status SMALLINT NOT NULL, \
+           synchronous_commit TEXT NOT NULL);
+         CREATE FUNCTION record_relay_write() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO relay_write (status, synchronous_commit)
+             VALUES (NEW.publish_status, current_setting('synchronous_commit'));
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER relay_write AFTER UPDATE ON biz_outbox_event
+           FOR EACH ROW EXECUTE FUNCTION record_relay_write();",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    place(&db, "o-durable", false).await;
+    // One connection: the relay's writes and the check after them share it.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let (publisher, _received) = ChannelPublisher::channel(8);
+    let mut config = RelayConfig::new("r");
+    if let Some(wait) = synchronous_commit {
+        config = config.synchronous_commit(wait);
+    }
+    let report = outbox.relay(publisher, config).run_once().await.unwrap();
+    assert_eq!(report.published, 1);
+    let after: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        after, "on",
+        "the relay left its setting on the pooled connection"
+    );
+    pool.close().await;
+    let writes = sqlx::query_as("SELECT status, synchronous_commit FROM relay_write ORDER BY id")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    db.cleanup().await;
+    Some(writes)
+}
+
+/// By default the relay's claim and mark commit without waiting for the disk (their loss in a
+/// crash only publishes the event again), each for its own transaction alone: the pooled
+/// connection is left as it was. `synchronous_commit(true)` makes them wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_relay_writes_wait_for_the_disk_only_when_asked() {
+    let Some(default) = relay_writes_durability(None).await else {
+        return;
+    };
+    let (claimed, published) = (
+        EventStatus::InProgress.code(),
+        EventStatus::Succeeded.code(),
+    );
+    let off = |status| (status, "off".to_owned());
+    let on = |status| (status, "on".to_owned());
+    assert_eq!(default, [off(claimed), off(published)]);
+    assert_eq!(
+        relay_writes_durability(Some(true)).await,
+        Some(vec![on(claimed), on(published)])
+    );
+}
+
 /// A commit in one process wakes the relay of another at once, through PostgreSQL LISTEN/NOTIFY,
 /// long before its poll interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,7 @@ pub struct RelayConfig {
     pub(crate) metrics_interval: Duration,
     pub(crate) outage_pause: Duration,
     pub(crate) shutdown_grace: Duration,
+    pub(crate) synchronous_commit: bool,
 }
 
 impl RelayConfig {
@@ -58,6 +59,7 @@ impl RelayConfig {
             outage_pause: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
             messaging_spans: false,
+            synchronous_commit: false,
         }
     }
 
@@ -101,6 +103,27 @@ impl RelayConfig {
     /// is given back unpublished and published again by the next relay.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// Whether the relay's claims and marks wait for their commit to reach the disk
+    /// (PostgreSQL's `synchronous_commit`, set for those transactions alone); `false` by
+    /// default. MySQL and SQLite have no such setting per transaction: their relay writes always
+    /// wait.
+    ///
+    /// Not waiting is safe for the three guarantees. A crash of the database server then loses
+    /// the transactions that committed in its last moments (up to three times the server's
+    /// `wal_writer_delay`, 600 ms by default), and only those: the server writes its log in
+    /// order. What it loses of the relay's writes is a claim (the event is pending again) or a
+    /// mark (the event stays in progress until its lease is recovered), never an event, since
+    /// the producer's commit that recorded it waits for the disk as always. Either way the event
+    /// is published again, which consumers deduplicate on its eventId (and JetStream inside its
+    /// duplicate window); per-aggregate order holds, because a later event of the aggregate was
+    /// claimed after the earlier one was marked, and so is lost with it. A failure's attempt
+    /// count and lease renewals always wait for the disk. Set `true` to keep every relay write
+    /// durable, at the cost of a disk flush per claim and per mark.
+    pub fn synchronous_commit(mut self, wait: bool) -> Self {
+        self.synchronous_commit = wait;
         self
     }
 

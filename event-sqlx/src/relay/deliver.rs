@@ -57,6 +57,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             lease_until: after(claimed_at, self.config.lease),
             limit: i64::from(self.config.batch_size),
             ordered: self.config.ordered,
+            synchronous_commit: self.config.synchronous_commit,
         };
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
         retry_rolled_back(|| sql::claim::<DB>(pool, table, &claim))
@@ -161,6 +162,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
         let published: Vec<i64> = published_records.iter().map(|r| r.id).collect();
         let relay_id = self.config.instance_id.as_str();
+        let sync = self.config.synchronous_commit;
         let pool = self.outbox.pool();
         // The batch is published: its marks are tried again on fresh connections while the
         // lease holds, so that a dropped connection does not send it all a second time.
@@ -176,8 +178,16 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             retry_transient(
                 || async {
                     let mut conn = pool.acquire().await?;
-                    sql::release::<DB>(&mut conn, table, relay_id, &deferred_ids, &reason, finished)
-                        .await
+                    sql::release::<DB>(
+                        &mut conn,
+                        table,
+                        relay_id,
+                        &deferred_ids,
+                        &reason,
+                        finished,
+                        sync,
+                    )
+                    .await
                 },
                 deadline,
             )
@@ -189,7 +199,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             || async {
                 mark_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut conn = pool.acquire().await?;
-                sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished).await
+                sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished, sync)
+                    .await
             },
             deadline,
         )
@@ -406,7 +417,16 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let released = retry_transient(
             || async {
                 let mut conn = pool.acquire().await?;
-                sql::release::<DB>(&mut conn, table, relay_id, &ids, reason, now).await
+                sql::release::<DB>(
+                    &mut conn,
+                    table,
+                    relay_id,
+                    &ids,
+                    reason,
+                    now,
+                    self.config.synchronous_commit,
+                )
+                .await
             },
             self.lease_deadline(records),
         )

@@ -24,6 +24,9 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     fn bind(q: &mut QueryBuilder<Self>, value: Value<'_>);
     #[doc(hidden)]
     fn push_str_array(q: &mut QueryBuilder<Self>, values: &[&str]);
+    /// Binds `ids` as one array (PostgreSQL; the others push them as a list).
+    #[doc(hidden)]
+    fn push_id_array(q: &mut QueryBuilder<Self>, ids: &[i64]);
     #[doc(hidden)]
     fn execute(
         conn: &mut Self::Connection,
@@ -106,6 +109,20 @@ macro_rules! str_array {
     }};
 }
 
+macro_rules! id_array {
+    (array, $q:ident, $ids:ident) => {{
+        $q.push_bind($ids.to_vec());
+    }};
+    (list, $q:ident, $ids:ident) => {{
+        for (i, id) in $ids.iter().enumerate() {
+            if i > 0 {
+                $q.push(", ");
+            }
+            $q.push_bind(*id);
+        }
+    }};
+}
+
 macro_rules! impl_backend {
     ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal, strings = $strings:ident) => {
         impl sealed::Sealed for $db {}
@@ -129,6 +146,10 @@ macro_rules! impl_backend {
 
             fn push_str_array(q: &mut QueryBuilder<$db>, values: &[&str]) {
                 str_array!($strings, q, values);
+            }
+
+            fn push_id_array(q: &mut QueryBuilder<$db>, ids: &[i64]) {
+                id_array!($strings, q, ids);
             }
 
             fn bind(q: &mut QueryBuilder<$db>, value: Value<'_>) {

@@ -121,6 +121,22 @@ impl Dialect {
         }
     }
 
+    /// A condition that always holds and, on PostgreSQL, lets the statement's own transaction
+    /// commit without waiting for its WAL to reach the disk (`synchronous_commit = off` for
+    /// that transaction alone, through `set_config(.., true)`, evaluated once as an InitPlan):
+    /// one round trip, and nothing left set on the pooled connection. For the relay's claims,
+    /// marks and lease renewals, whose loss in a crash only publishes an event again (see
+    /// [`RelayConfig::synchronous_commit`](crate::RelayConfig::synchronous_commit)). MySQL and
+    /// SQLite have no such setting per transaction: `None`.
+    pub(crate) fn commit_without_flush(self) -> Option<&'static str> {
+        match self {
+            Dialect::Postgres => {
+                Some(" AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL")
+            }
+            Dialect::MySql | Dialect::Sqlite => None,
+        }
+    }
+
     /// `SELECT 1 ... WHERE `: a query of one row when its condition holds, of none otherwise.
     pub(crate) fn select_one_where(self) -> &'static str {
         match self {

@@ -154,6 +154,18 @@ impl<DB: Backend> Sql<DB> {
         self.str_array(values).push(")")
     }
 
+    /// Appends a membership test in `ids` for the column before it: ` = ANY($n)` with one
+    /// array bound on PostgreSQL, so that every batch size shares one prepared statement, and
+    /// ` IN (...)` with each value bound elsewhere. `ids` must not be empty.
+    pub(crate) fn in_ids(&mut self, ids: &[i64]) -> &mut Self {
+        self.push(match DB::DIALECT {
+            Dialect::Postgres => " = ANY(",
+            Dialect::MySql | Dialect::Sqlite => " IN (",
+        });
+        DB::push_id_array(&mut self.0, ids);
+        self.push(")")
+    }
+
     /// Appends one bound array of `values` (PostgreSQL only: elsewhere the values as a list).
     pub(crate) fn str_array(&mut self, values: &[&str]) -> &mut Self {
         DB::push_str_array(&mut self.0, values);

@@ -46,6 +46,22 @@ pub(crate) struct Claim<'a> {
     pub(crate) lease_until: DateTime<Utc>,
     pub(crate) limit: i64,
     pub(crate) ordered: bool,
+    /// Whether the claim waits for its commit to reach the disk (see [`unflushed`]).
+    pub(crate) synchronous_commit: bool,
+}
+
+/// Lets the statement's transaction commit without waiting for the disk, unless
+/// `synchronous_commit` (see [`Dialect::commit_without_flush`]): for the relay's own
+/// bookkeeping, whose loss in a crash only publishes events again.
+///
+/// [`Dialect::commit_without_flush`]: crate::sql::dialect::Dialect::commit_without_flush
+pub(super) fn unflushed<DB: Backend>(q: &mut Sql<DB>, synchronous_commit: bool) {
+    if let Some(condition) = DB::DIALECT
+        .commit_without_flush()
+        .filter(|_| !synchronous_commit)
+    {
+        q.push(condition);
+    }
 }
 
 /// A failed publish to record.
@@ -136,8 +152,9 @@ pub(crate) async fn claim<DB: Backend>(
         let (open, close) = DB::DIALECT.claimed_ids();
         q.push(&guard).push(open).push("SELECT o.id");
         candidates(&mut q);
-        q.push(DB::DIALECT.skip_locked());
-        q.push(format!("{close} RETURNING {COLUMNS}"));
+        q.push(DB::DIALECT.skip_locked()).push(close);
+        unflushed(&mut q, claim.synchronous_commit);
+        q.push(format!(" RETURNING {COLUMNS}"));
         let mut conn = pool.acquire().await?;
         decode_all::<DB>(&q.fetch(&mut conn).await?)?
     } else {
@@ -171,15 +188,22 @@ pub(crate) async fn claim<DB: Backend>(
     Ok(records)
 }
 
-/// ` WHERE ...`: the rows of `ids` that `relay_id` still holds in progress.
-pub(super) fn held_by<DB: Backend>(q: &mut Sql<DB>, relay_id: &str, ids: &[i64]) {
+/// ` WHERE ...`: the rows of `ids` that `relay_id` still holds in progress; the statement
+/// commits without waiting for the disk unless `synchronous_commit` (see [`unflushed`]).
+pub(super) fn held_by<DB: Backend>(
+    q: &mut Sql<DB>,
+    relay_id: &str,
+    ids: &[i64],
+    synchronous_commit: bool,
+) {
     q.push(format!(
         " WHERE deleted = 0 AND {} = {IN_PROGRESS} AND locked_by = ",
         DB::DIALECT.status_guard("publish_status")
     ))
     .bind(relay_id)
-    .push(" AND id IN ")
-    .list(ids.iter().copied());
+    .push(" AND id")
+    .in_ids(ids);
+    unflushed(q, synchronous_commit);
 }
 
 /// In progress -> succeeded, for the rows `relay_id` still holds.
@@ -189,6 +213,7 @@ pub(crate) async fn mark_published<DB: Backend>(
     relay_id: &str,
     ids: &[i64],
     now: DateTime<Utc>,
+    synchronous_commit: bool,
 ) -> Result<u64, sqlx::Error> {
     if ids.is_empty() {
         return Ok(0);
@@ -199,7 +224,7 @@ pub(crate) async fn mark_published<DB: Backend>(
     q.bind(now)
         .push(", fail_reason = NULL, locked_by = NULL, lock_until = NULL, update_time = ")
         .bind(now);
-    held_by(&mut q, relay_id, ids);
+    held_by(&mut q, relay_id, ids, synchronous_commit);
     q.execute(conn).await
 }
 
@@ -217,7 +242,7 @@ pub(crate) async fn count_published_at<DB: Backend>(
     let mut q = Sql::<DB>::new(format!(
         "SELECT COUNT(*) AS marked FROM {table} WHERE publish_status = {SUCCEEDED} AND published_time = "
     ));
-    q.bind(at).push(" AND id IN ").list(ids.iter().copied());
+    q.bind(at).push(" AND id").in_ids(ids);
     match q.fetch(conn).await?.first() {
         Some(row) => Ok(u64::try_from(Columns::<DB>(row).i64("marked")?).unwrap_or(0)),
         None => Ok(0),
@@ -269,8 +294,8 @@ pub(crate) async fn mark_failed<DB: Backend>(
             } else {
                 " AND retry_count >= max_retry_count"
             })
-            .push(" AND id IN ")
-            .list(failures.iter().map(|f| f.id));
+            .push(" AND id")
+            .in_ids(&failures.iter().map(|f| f.id).collect::<Vec<_>>());
         affected += q.execute(conn).await?;
     }
     Ok(affected)
@@ -287,6 +312,7 @@ pub(crate) async fn release<DB: Backend>(
     ids: &[i64],
     reason: &str,
     now: DateTime<Utc>,
+    synchronous_commit: bool,
 ) -> Result<u64, sqlx::Error> {
     if ids.is_empty() {
         return Ok(0);
@@ -298,7 +324,7 @@ pub(crate) async fn release<DB: Backend>(
     q.bind(reason)
         .push(", locked_by = NULL, lock_until = NULL, update_time = ")
         .bind(now);
-    held_by(&mut q, relay_id, ids);
+    held_by(&mut q, relay_id, ids, synchronous_commit);
     q.execute(conn).await
 }
 
@@ -316,7 +342,9 @@ pub(crate) async fn renew_leases<DB: Backend>(
     }
     let mut q = Sql::<DB>::new(format!("UPDATE {table} SET lock_until = "));
     q.bind(until);
-    held_by(&mut q, relay_id, ids);
+    // Durable: a renewal lost in a crash would shorten a lease still in use (and it runs only
+    // every third of a lease).
+    held_by(&mut q, relay_id, ids, true);
     q.execute(conn).await
 }
 
@@ -339,10 +367,10 @@ pub(crate) async fn cancel_exhausted<DB: Backend>(
         .bind(now)
         .push(format!(
             " WHERE deleted = 0 AND {} = {FAILED} \
-             AND retry_count >= max_retry_count AND id IN ",
+             AND retry_count >= max_retry_count AND id",
             DB::DIALECT.status_guard("publish_status")
         ))
-        .list(ids.iter().copied());
+        .in_ids(ids);
     q.execute(conn).await
 }
 
