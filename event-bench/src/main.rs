@@ -99,6 +99,11 @@ struct Args {
     /// benches/results/throughput-lean.json.
     #[arg(long)]
     lean: bool,
+    /// With --throughput: the relays' claims and marks wait for the disk
+    /// (`RelayConfig::synchronous_commit(true)`); the results are written beside the
+    /// default run's, with `-sync` in the file name.
+    #[arg(long)]
+    relay_synchronous_commit: bool,
     /// Draws the performance chapter's charts from `benches/results` into this directory.
     #[arg(long)]
     charts: Option<PathBuf>,
@@ -138,6 +143,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             backlog: !args.latency_only,
             latency: !args.backlog_only,
         };
+        throughput::RELAY_SYNCHRONOUS_COMMIT.store(
+            args.relay_synchronous_commit,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         return throughput::run(events, &args.brokers, runs, profile).await;
     }
     if let Some(events) = args.wire_formats {

@@ -43,6 +43,13 @@ pub(crate) struct BackendResult {
     raw_insert_events_per_s: f64,
     relay_drain_events_per_s: f64,
     naive_relay_events_per_s: f64,
+    /// The seed's status model's own floor: the same backlog taken through its two writes per
+    /// event (pending -> in progress -> published) by two bare UPDATEs per batch of ids, the
+    /// next batch's claim beside the last one's mark, with no candidate query, lease guard,
+    /// publish or decoding. No relay that keeps every row's status can drain faster.
+    two_updates_events_per_s: f64,
+    /// The relay's drain over that floor.
+    drain_vs_two_updates: f64,
     drain_vs_naive: f64,
     drain_vs_raw_insert: f64,
     batch_latency_10k_published_ms: f64,
@@ -177,6 +184,20 @@ where
     r.drain_vs_naive = r.relay_drain_events_per_s / r.naive_relay_events_per_s;
     r.drain_vs_raw_insert = r.relay_drain_events_per_s / r.raw_insert_events_per_s;
     eprintln!("   naive relay {:.0}/s", r.naive_relay_events_per_s);
+
+    // The status model's floor on a fresh backlog of the same size and shape.
+    DB::truncate(db.pool()).await?;
+    for chunk in rows.chunks(5000) {
+        DB::raw_insert(db.pool(), chunk, now).await?;
+    }
+    DB::analyze(db.pool()).await?;
+    r.two_updates_events_per_s = two_updates::<DB>(db, args.events, args.batch).await?;
+    r.drain_vs_two_updates = r.relay_drain_events_per_s / r.two_updates_events_per_s;
+    eprintln!(
+        "   two bare updates per event {:.0}/s: the relay drains at {:.0}% of it",
+        r.two_updates_events_per_s,
+        r.drain_vs_two_updates * 100.0
+    );
 
     // (c) Batch latency with 10k, then with many, published rows in the table.
     DB::truncate(db.pool()).await?;
@@ -313,6 +334,62 @@ async fn measure_batches<DB: BenchDb>(db: &TestDb<DB>) -> anyhow::Result<f64> {
 }
 
 /// `count` events over `count / 10` aggregates, ten each, interleaved as a busy service commits.
+/// Takes the `events` rows of the table through pending -> in progress -> published in
+/// batches of `batch` ids, by two bare UPDATEs a batch (the claim of one batch beside the mark of
+/// the one before, where the database takes concurrent writers); the events a second.
+async fn two_updates<DB: BenchDb>(
+    db: &TestDb<DB>,
+    events: usize,
+    batch: u32,
+) -> anyhow::Result<f64> {
+    let (first, last) = DB::id_range(db.pool()).await?;
+    anyhow::ensure!(
+        usize::try_from(last - first + 1)? == events,
+        "ids {first}..={last} for {events} rows"
+    );
+    let claim = |from: i64| {
+        format!(
+            "UPDATE biz_outbox_event SET publish_status = 1, locked_by = 'floor', \
+             lock_until = CURRENT_TIMESTAMP, last_publish_time = CURRENT_TIMESTAMP, \
+             version = version + 1, update_time = CURRENT_TIMESTAMP \
+             WHERE id BETWEEN {from} AND {}",
+            from + i64::from(batch) - 1
+        )
+    };
+    let mark = |from: i64| {
+        format!(
+            "UPDATE biz_outbox_event SET publish_status = 2, published_time = CURRENT_TIMESTAMP, \
+             locked_by = NULL, lock_until = NULL, update_time = CURRENT_TIMESTAMP \
+             WHERE id BETWEEN {from} AND {}",
+            from + i64::from(batch) - 1
+        )
+    };
+    let overlap = <DB as event_sqlx::Backend>::DIALECT != event_sqlx::Dialect::Sqlite;
+    let starts: Vec<i64> = (first..=last).step_by(batch as usize).collect();
+    let started = Instant::now();
+    DB::raw_owned(db.pool(), claim(starts[0])).await?;
+    for (i, &from) in starts.iter().enumerate() {
+        let next = starts.get(i + 1).map(|&next| claim(next));
+        match next {
+            Some(next) if overlap => {
+                let (claimed, marked) = tokio::join!(
+                    DB::raw_owned(db.pool(), next),
+                    DB::raw_owned(db.pool(), mark(from))
+                );
+                claimed?;
+                marked?;
+            }
+            next => {
+                DB::raw_owned(db.pool(), mark(from)).await?;
+                if let Some(next) = next {
+                    DB::raw_owned(db.pool(), next).await?;
+                }
+            }
+        }
+    }
+    Ok(events as f64 / started.elapsed().as_secs_f64())
+}
+
 pub(crate) fn backlog(prefix: &str, count: usize, offset: usize) -> Vec<RawRow> {
     let aggregates = (count / 10).max(1);
     (0..count)

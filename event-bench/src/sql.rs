@@ -52,6 +52,13 @@ pub trait BenchDb: Backend {
         pool: &'a Pool<Self>,
         statement: &'static str,
     ) -> impl Future<Output = sqlx::Result<()>> + Send + 'a;
+    /// Runs a statement the benchmark wrote (numbers only, no outside text).
+    fn raw_owned(
+        pool: &Pool<Self>,
+        statement: String,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
+    /// The lowest and highest id in the outbox table.
+    fn id_range(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<(i64, i64)>> + Send + '_;
     /// Reads every published row's key columns in keyset pages of `page` by id, as
     /// reconciliation reads them; returns how many.
     fn scan_outbox(
@@ -266,6 +273,25 @@ macro_rules! impl_bench_db {
                 async move {
                     sqlx::raw_sql(statement).execute(pool).await?;
                     Ok(())
+                }
+            }
+
+            fn raw_owned(pool: &Pool<Self>, statement: String) -> impl Future<Output = sqlx::Result<()>> + Send + '_ {
+                async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement)).execute(pool).await?;
+                    Ok(())
+                }
+            }
+
+            fn id_range(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<(i64, i64)>> + Send + '_ {
+                async move {
+                    let (first, last) = sqlx::query_as::<_, ($id, $id)>(
+                        "SELECT MIN(id), MAX(id) FROM biz_outbox_event",
+                    )
+                    .fetch_one(pool)
+                    .await?;
+                    let id = |v: $id| i64::try_from(v).map_err(|e| sqlx::Error::Decode(Box::new(e)));
+                    Ok((id(first)?, id(last)?))
                 }
             }
 

@@ -13,7 +13,7 @@
 //! writes during it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -98,6 +98,9 @@ const LATENCY_BATCH: usize = 50;
 /// The producer counts of the saturation runs.
 const SATURATING_PRODUCERS: [usize; 3] = [1, 4, 16];
 
+/// Whether the relays' claims and marks wait for the disk (`--relay-synchronous-commit`).
+pub(crate) static RELAY_SYNCHRONOUS_COMMIT: AtomicBool = AtomicBool::new(false);
+
 /// Which runs of the throughput benchmark to make.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Runs {
@@ -163,15 +166,21 @@ pub(crate) async fn run(
         "measuredAt": Utc::now(),
         "store": "PostgreSQL",
         "indexProfile": format!("{profile:?}"),
+        "relaySynchronousCommit": RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed),
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
         "backlog": backlog,
         "latency": latency,
     });
     let file = match profile {
-        IndexProfile::Lean => "benches/results/throughput-lean.json",
-        _ => "benches/results/throughput.json",
+        IndexProfile::Lean => "benches/results/throughput-lean",
+        _ => "benches/results/throughput",
     };
-    crate::write_result(file, &report)?;
+    let sync = if RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed) {
+        "-sync"
+    } else {
+        ""
+    };
+    crate::write_result(format!("{file}{sync}.json"), &report)?;
     Ok(())
 }
 
@@ -342,7 +351,8 @@ async fn run_until_applied<R: Routes<Postgres>>(
                 s.publisher.clone(),
                 RelayConfig::new(format!("relay-{i}"))
                     .batch_size(500)
-                    .poll_interval(Duration::from_millis(100)),
+                    .poll_interval(Duration::from_millis(100))
+                    .synchronous_commit(RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed)),
             )
         })
         .collect();
