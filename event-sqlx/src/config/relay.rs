@@ -114,14 +114,16 @@ impl RelayConfig {
     /// Not waiting is safe for the three guarantees. A crash of the database server then loses
     /// the transactions that committed in its last moments (up to three times the server's
     /// `wal_writer_delay`, 600 ms by default), and only those: the server writes its log in
-    /// order. What it loses of the relay's writes is a claim (the event is pending again) or a
-    /// mark (the event stays in progress until its lease is recovered), never an event, since
-    /// the producer's commit that recorded it waits for the disk as always. Either way the event
-    /// is published again, which consumers deduplicate on its eventId (and JetStream inside its
-    /// duplicate window); per-aggregate order holds, because a later event of the aggregate was
-    /// claimed after the earlier one was marked, and so is lost with it. A failure's attempt
-    /// count and lease renewals always wait for the disk. Set `true` to keep every relay write
-    /// durable, at the cost of a disk flush per claim and per mark.
+    /// order. What it loses of the relay's writes is a claim (the event is pending again), a
+    /// mark, or the give-back of a batch the broker did not take (the event stays in progress
+    /// until its lease is recovered), never an event, since the producer's commit that recorded
+    /// it waits for the disk as always. Either way the event is published again, which consumers
+    /// deduplicate on its eventId (and JetStream inside its duplicate window). Per-aggregate
+    /// order holds: a later event of the aggregate was claimed after the earlier one was marked,
+    /// so a crash that loses the mark loses that claim too. A failure's attempt count and lease
+    /// renewals always wait for the disk. Set `true` to make claims and marks wait as well, at the
+    /// cost of a flush (or, with a synchronous standby, a round trip to it) per claim and per
+    /// mark.
     pub fn synchronous_commit(mut self, wait: bool) -> Self {
         self.synchronous_commit = wait;
         self
