@@ -125,7 +125,7 @@ impl Dialect {
     /// commit without waiting for its WAL to reach the disk (`synchronous_commit = off` for
     /// that transaction alone, through `set_config(.., true)`, evaluated once as an InitPlan):
     /// one round trip, and nothing left set on the pooled connection. For the relay's claims,
-    /// marks and lease renewals, whose loss in a crash only publishes an event again (see
+    /// marks and give-backs, whose loss in a crash only publishes an event again (see
     /// [`RelayConfig::synchronous_commit`](crate::RelayConfig::synchronous_commit)). MySQL and
     /// SQLite have no such setting per transaction: `None`.
     pub(crate) fn commit_without_flush(self) -> Option<&'static str> {
