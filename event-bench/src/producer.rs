@@ -1,8 +1,9 @@
 //! The producer's cost of one outbox event per index profile, on PostgreSQL
 //! (benches/results/producer.json): a business transaction (one UPDATE, one INSERT) alone, with
-//! one row more in a one-column, one-index table (the floor for "one more row"), and with one
-//! outbox event under the seed's and the lean index profile. The variants run interleaved in
-//! rounds, so that drift in the machine's load hits each alike.
+//! one row more in a one-column, one-index table (the floor for "one more row"), with one outbox
+//! event under the seed's and the lean index profile, and with a four-column, one-index row by
+//! hand (a minimal outbox row). The variants run interleaved in rounds, so that drift in the
+//! machine's load hits each alike.
 
 use std::time::Instant;
 
@@ -22,6 +23,11 @@ const RAW_ROW: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, a
     routing_key, event_payload, event_headers, publish_status, retry_count, max_retry_count, \
     trace_id, create_time, update_time) VALUES ($1, 'ORDER', $2, 1, 'NOTE_ADDED', 1, 'bench', \
     'MQ', 'order.event', 'note.added', $3, $4, 0, 0, 5, NULL, $5, $5)";
+
+/// A minimal outbox row: four columns, one index (the primary key).
+const PEER_TABLE: &str = "CREATE TABLE peer_outbox (id BIGSERIAL PRIMARY KEY, \
+    topic TEXT NOT NULL, payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL)";
+const PEER_ROW: &str = "INSERT INTO peer_outbox (topic, payload, created_at) VALUES ($1, $2, $3)";
 
 /// The same row with every value bound (sixteen), the constants of a new row inlined.
 const BOUND_ROW: &str = "INSERT INTO biz_outbox_event (event_no, aggregate_type, aggregate_id, \
@@ -61,12 +67,18 @@ struct Figures {
     /// The lean database, `Outbox::commit` with `CommitPath::Bound`: a prepared INSERT, then
     /// the COMMIT.
     with_event_lean_bound_us: f64,
+    /// The lean database, a four-column, one-index row by hand (id, topic, JSON payload,
+    /// creation time): the stand-in for a minimal outbox row such as a peer library's.
+    with_peer_row_lean_us: f64,
     /// The path `CommitPath::Auto` (the default, measured in `withEventLeanUs`) chose here.
     lean_commit_path: String,
     floor_overhead: f64,
     seed_overhead: f64,
     lean_overhead: f64,
     lean_overhead_vs_floor_overhead: f64,
+    /// The lean profile's event over the four-column, one-index row, each as added to the
+    /// business transaction alone on the lean database.
+    lean_overhead_vs_peer_row_overhead: f64,
     lean_tx_vs_floor_tx: f64,
     lean_one_trip_tx_vs_floor_tx: f64,
     lean_bound_tx_vs_floor_tx: f64,
@@ -92,6 +104,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         OutboxConfig::new().index_profile(IndexProfile::Lean),
     );
     lean.migrate().await?;
+    sqlx::raw_sql(PEER_TABLE).execute(lean_db.pool()).await?;
     let lean_with = |path| {
         Outbox::new(
             lean_db.pool().clone(),
@@ -131,7 +144,8 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     // RETURNING`; the event flushed in a round trip of its own before the COMMIT; and the event
     // sent in the COMMIT's message (`CommitPath::OneTrip`); a prepared INSERT then the COMMIT
     // (`CommitPath::Bound`); the row by hand with every value bound.
-    let mut samples: [Vec<f64>; 11] = Default::default();
+    // And a four-column, one-index row, by hand.
+    let mut samples: [Vec<f64>; 12] = Default::default();
     let mut serial = 0usize;
     // Each round runs the variants in a new order (a fixed pseudo-random sequence), so that no
     // variant always follows the same one: what a variant leaves behind on the server (dirty
@@ -200,6 +214,20 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
                             .await?;
                         tx.commit().await?;
                     }
+                    11 => {
+                        sqlx::query(PEER_ROW)
+                            .bind("order.event")
+                            .bind(sqlx::types::Json(serde_json::json!({
+                                "eventId": format!("NOTE_ADDED:tx-{serial}"),
+                                "eventType": "NOTE_ADDED",
+                                "aggregateId": format!("tx-{serial}"),
+                                "payload": {"text": "note"},
+                            })))
+                            .bind(Utc::now())
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                    }
                     5 => {
                         sqlx::query(RAW_ROW)
                             .bind(format!("NOTE_ADDED:tx-{serial}"))
@@ -250,7 +278,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let [s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10] = &mut samples;
+    let [s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11] = &mut samples;
     let (base, floor, with_seed, lean_base, with_lean, with_raw_row, with_raw_returning) = (
         median(s0),
         median(s1),
@@ -264,6 +292,7 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
     let with_lean_one_trip = median(s8);
     let with_lean_bound = median(s9);
     let with_bound_row = median(s10);
+    let with_peer_row = median(s11);
     // A lean transaction's cost relative to the business transaction alone, against the
     // floor's relative to its own.
     let vs_floor = |with_event: f64| (with_event / lean_base) / (floor / base);
@@ -280,11 +309,13 @@ pub(crate) async fn run(transactions: usize) -> anyhow::Result<()> {
         with_event_lean_one_trip_us: with_lean_one_trip,
         with_event_lean_bound_us: with_lean_bound,
         with_bound_row_lean_us: with_bound_row,
+        with_peer_row_lean_us: with_peer_row,
         lean_commit_path: format!("{:?}", lean.commit_path()),
         floor_overhead: floor / base - 1.0,
         seed_overhead: with_seed / base - 1.0,
         lean_overhead: with_lean / lean_base - 1.0,
         lean_overhead_vs_floor_overhead: (with_lean - lean_base) / (floor - base),
+        lean_overhead_vs_peer_row_overhead: (with_lean - lean_base) / (with_peer_row - lean_base),
         lean_tx_vs_floor_tx: vs_floor(with_lean),
         lean_one_trip_tx_vs_floor_tx: vs_floor(with_lean_one_trip),
         lean_bound_tx_vs_floor_tx: vs_floor(with_lean_bound),
