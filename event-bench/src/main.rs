@@ -67,8 +67,8 @@ struct Args {
     #[arg(long)]
     throughput: Option<usize>,
     /// Instead of the outbox: a business transaction with one outbox event under each index
-    /// profile, against a one-column, one-index row (benches/results/producer.json); this many
-    /// transactions per variant.
+    /// profile, against a one-column, one-index row and a four-column, one-index one
+    /// (benches/results/producer.json); this many transactions per variant.
     #[arg(long)]
     producer: Option<usize>,
     /// Instead of the outbox: this many rows in a PostgreSQL outbox, each console page through
