@@ -147,22 +147,23 @@ impl<DB: Backend> Sql<DB> {
     /// array bound on PostgreSQL, ` IN (...)` with each value bound elsewhere. `values` must not
     /// be empty.
     pub(crate) fn in_strs(&mut self, values: &[&str]) -> &mut Self {
-        self.push(match DB::DIALECT {
-            Dialect::Postgres => " = ANY(",
-            Dialect::MySql | Dialect::Sqlite => " IN (",
-        });
-        self.str_array(values).push(")")
+        self.membership(|q| DB::push_str_array(q, values))
     }
 
     /// Appends a membership test in `ids` for the column before it: ` = ANY($n)` with one
     /// array bound on PostgreSQL, so that every batch size shares one prepared statement, and
     /// ` IN (...)` with each value bound elsewhere. `ids` must not be empty.
     pub(crate) fn in_ids(&mut self, ids: &[i64]) -> &mut Self {
+        self.membership(|q| DB::push_id_array(q, ids))
+    }
+
+    /// ` = ANY(...)` on PostgreSQL, ` IN (...)` elsewhere, around what `values` pushes.
+    fn membership(&mut self, values: impl FnOnce(&mut QueryBuilder<DB>)) -> &mut Self {
         self.push(match DB::DIALECT {
             Dialect::Postgres => " = ANY(",
             Dialect::MySql | Dialect::Sqlite => " IN (",
         });
-        DB::push_id_array(&mut self.0, ids);
+        values(&mut self.0);
         self.push(")")
     }
 
