@@ -153,11 +153,18 @@ fn latency(throughput: &Value) -> Result<Chart<'static>> {
         .iter()
         .map(|row| {
             Ok(Group {
-                label: format!(
-                    "{}, {}",
-                    row["broker"].as_str().unwrap_or("?"),
-                    row["load"].as_str().unwrap_or("?")
-                ),
+                label: match row["handler"].as_str() {
+                    Some(handler) => format!(
+                        "{}, {}, {handler} handler",
+                        row["broker"].as_str().unwrap_or("?"),
+                        row["load"].as_str().unwrap_or("?")
+                    ),
+                    None => format!(
+                        "{}, {}",
+                        row["broker"].as_str().unwrap_or("?"),
+                        row["load"].as_str().unwrap_or("?")
+                    ),
+                },
                 values: vec![number(row, "p50Ms")?, number(row, "p99Ms")?],
             })
         })

@@ -57,6 +57,9 @@ struct Latency {
     broker: &'static str,
     load: String,
     consumer_batch: usize,
+    /// `per event` (`Consumer::on`, one transaction per event) or `batch` (`Consumer::on_batch`,
+    /// one transaction per fetched batch).
+    handler: &'static str,
     events: usize,
     events_per_s: f64,
     p50_ms: f64,
@@ -148,17 +151,24 @@ pub(crate) async fn run(
         if !runs_wanted.latency {
             continue;
         }
-        let figures = latency_run(broker, 2, Some(500.0), 5_000, profile)
+        let figures = latency_run(broker, 2, Some(500.0), false, 5_000, profile)
             .await
             .with_context(|| format!("{broker} at 500/s"))?;
         eprintln!("{figures:?}");
         latency.push(figures);
+        // Each producer count with both handlers: one consumer transaction per event costs
+        // about what one producer transaction costs, one per fetched batch does not.
         for producers in SATURATING_PRODUCERS {
-            let figures = latency_run(broker, producers, None, 20_000, profile)
-                .await
-                .with_context(|| format!("{broker} saturated by {producers} producers"))?;
-            eprintln!("{figures:?}");
-            latency.push(figures);
+            for slice in [false, true] {
+                let handler = if slice { "batch" } else { "per event" };
+                let figures = latency_run(broker, producers, None, slice, 20_000, profile)
+                    .await
+                    .with_context(|| {
+                        format!("{broker} saturated by {producers} producers, {handler} handler")
+                    })?;
+                eprintln!("{figures:?}");
+                latency.push(figures);
+            }
         }
     }
     let report = serde_json::json!({
@@ -293,28 +303,41 @@ fn consumer(
                 .bind(placed.amount_minor)
                 .execute(&mut *tx)
                 .await?;
-            if let Some(committed) = placed
-                .order_id
-                .rsplit('-')
-                .next()
-                .and_then(|t| t.parse::<i64>().ok())
-            {
-                let ms = (Utc::now().timestamp_micros() - committed) as f64 / 1000.0;
-                latencies
-                    .lock()
-                    .map_err(|e| HandlerError::Bug(e.to_string()))?
-                    .push(ms);
-            }
+            record_latencies(&latencies, [placed.order_id.as_str()])?;
             applied.fetch_add(1, Ordering::Relaxed);
             Ok(())
         },
     )
 }
 
-/// The same consumer with a batch handler: one multi-row INSERT for the invoices of a batch.
+/// Records commit-to-consume latency for each order id that carries its commit time
+/// (`o<i>-<micros>`).
+fn record_latencies<'a>(
+    latencies: &std::sync::Mutex<Vec<f64>>,
+    order_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(), HandlerError> {
+    let now = Utc::now().timestamp_micros();
+    let mut latencies = latencies
+        .lock()
+        .map_err(|e| HandlerError::Bug(e.to_string()))?;
+    for order_id in order_ids {
+        if let Some(committed) = order_id
+            .rsplit('-')
+            .next()
+            .and_then(|t| t.parse::<i64>().ok())
+        {
+            latencies.push((now - committed) as f64 / 1000.0);
+        }
+    }
+    Ok(())
+}
+
+/// The same consumer with a batch handler: one multi-row INSERT for the invoices of a batch,
+/// and the latencies recorded as [`consumer`] records them.
 pub(crate) fn batch_consumer(
     pool: &sqlx::PgPool,
     applied: Arc<AtomicUsize>,
+    latencies: Arc<std::sync::Mutex<Vec<f64>>>,
 ) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
     Consumer::new(pool.clone(), "invoice-service", "bench").on_batch(
         async move |tx: &mut PgConnection,
@@ -327,6 +350,7 @@ pub(crate) fn batch_consumer(
                 row.push_bind(&p.order_id).push_bind(p.amount_minor);
             });
             q.build().execute(&mut *tx).await?;
+            record_latencies(&latencies, placed.iter().map(|p| p.order_id.as_str()))?;
             applied.fetch_add(placed.len(), Ordering::Relaxed);
             Ok(())
         },
@@ -394,7 +418,7 @@ async fn drain_backlog(
     let applied = Arc::new(AtomicUsize::new(0));
     let cpu = crate::cpu::Snapshot::take();
     let elapsed = if slice {
-        let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied));
+        let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
         run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
     } else {
         let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
@@ -488,6 +512,7 @@ async fn latency_run(
     broker: &'static str,
     producers: usize,
     rate: Option<f64>,
+    slice: bool,
     events: usize,
     profile: IndexProfile,
 ) -> anyhow::Result<Latency> {
@@ -498,7 +523,6 @@ async fn latency_run(
     };
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(events)));
     let applied = Arc::new(AtomicUsize::new(0));
-    let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
     let outbox = s.outbox.clone();
     let warmed_up_at = Arc::new(std::sync::OnceLock::new());
     let measured_from = Arc::clone(&warmed_up_at);
@@ -538,7 +562,13 @@ async fn latency_run(
         Ok(())
     };
     let run_started = Instant::now();
-    let elapsed = run_until_applied(&s, &consumer, &applied, events + 1, produce).await?;
+    let elapsed = if slice {
+        let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
+        run_until_applied(&s, &consumer, &applied, events + 1, produce).await?
+    } else {
+        let consumer = consumer(s.db.pool(), Arc::clone(&applied), Arc::clone(&latencies));
+        run_until_applied(&s, &consumer, &applied, events + 1, produce).await?
+    };
     let cpu_now = crate::cpu::Snapshot::take();
     // The rate and the CPU time count from the end of the warm-up.
     let (warm_up, cpu) = warmed_up_at.get().map_or_else(
@@ -572,7 +602,7 @@ async fn latency_run(
     .fetch_one(s.db.pool())
     .await?;
     let mut figures = latency_figures(
-        broker,
+        (broker, slice),
         load,
         events,
         elapsed,
@@ -606,7 +636,7 @@ async fn commit_warm_up(outbox: &Outbox<Postgres>) -> anyhow::Result<()> {
 }
 
 fn latency_figures(
-    broker: &'static str,
+    (broker, slice): (&'static str, bool),
     load: String,
     events: usize,
     elapsed: Duration,
@@ -625,6 +655,7 @@ fn latency_figures(
         broker,
         load,
         consumer_batch: LATENCY_BATCH,
+        handler: if slice { "batch" } else { "per event" },
         events,
         events_per_s: events as f64 / elapsed.as_secs_f64(),
         p50_ms: percentile(0.50),

@@ -123,7 +123,7 @@ async fn measure(
     );
 
     let applied = Arc::new(AtomicUsize::new(0));
-    let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied));
+    let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
     let consuming = s.subscription.run(&consumer, async move {
