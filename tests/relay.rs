@@ -818,6 +818,55 @@ async fn postgres_statistics_taken_before_a_bulk_commit_are_stale() {
     db.cleanup().await;
 }
 
+/// A running relay takes the statistics again as a new outbox fills: PostgreSQL keeps the plan it
+/// made for a prepared claim or mark while the table was empty (a scan of every row) until the
+/// statistics change, so without this each claim and mark costs more as the table grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_running_relay_takes_statistics_again_as_the_table_fills() {
+    let Some(db) = postgres_filled_after_its_statistics(0).await else {
+        return;
+    };
+    let tuples = async || -> f32 {
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'biz_outbox_event'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    assert!(tuples().await < 1.0, "migrate took them of the empty table");
+    let orders = 3_000;
+    let (publisher, mut received) = ChannelPublisher::channel(orders + 1);
+    // Lease recovery (which once took them too) does not come round during the test.
+    let config = RelayConfig::new("r").lease_recovery(Duration::from_secs(600), Duration::ZERO);
+    let (stop, running) = event_tests::background::relay(db.outbox.relay(publisher, config));
+    // The relay is past its start once it has published a first event.
+    place(&db, "o-first", false).await;
+    tokio::time::timeout(Duration::from_secs(30), received.recv())
+        .await
+        .expect("the first event was not published within 30 s")
+        .expect("the relay stopped");
+    place_many(&db, orders, 1).await;
+    // Waiting for the relay: the statistics counted the new rows, or the deadline passed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tuples().await < 2_000.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let counted = tuples().await;
+    let _ = stop.send(());
+    let report = running.await.unwrap();
+    assert_eq!(report.published, orders + 1, "{report:?}");
+    assert!(
+        counted >= 2_000.0,
+        "a relay that published {orders} events into an empty table left its statistics at \
+         {counted} rows"
+    );
+    let mut published = 0;
+    while received.try_recv().is_ok() {
+        published += 1;
+    }
+    assert_eq!(published, orders);
+    db.cleanup().await;
+}
+
 /// The claim's per-aggregate check probes the index once per candidate whatever the planner's
 /// statistics say: with statistics of the empty table and a backlog of 3,000, an anti join
 /// would read the unpublished index once per candidate (500 x 3,000 entries).

@@ -174,9 +174,14 @@ impl<DB: Backend> Outbox<DB> {
 
     /// Takes the outbox table's statistics when they are missing or stale (PostgreSQL: never
     /// taken, or taken when the table was less than half its size, as before a bulk load or a
-    /// backlog that autovacuum has not caught up with); otherwise one cheap catalog query.
-    /// Returns whether it took them. Relays call it when they start and every recovery interval.
+    /// backlog that autovacuum has not caught up with, or a new outbox filling); otherwise one
+    /// cheap catalog query, and nothing at all on MySQL and SQLite. Returns whether it took them.
+    /// Relays call it when they start and, while they claim events, at most once a second.
     pub async fn ensure_statistics(&self) -> Result<bool, Error> {
+        if DB::DIALECT.stale_statistics().is_none() {
+            // Nothing to check on this database: no connection taken.
+            return Ok(false);
+        }
         let mut conn = self.conn().await?;
         if !sql::stale_statistics::<DB>(&mut conn, &self.config.table)
             .await

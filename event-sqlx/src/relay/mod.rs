@@ -147,8 +147,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
     }
 
-    /// Takes the outbox table's statistics when they are missing or stale, so that claims use
-    /// their index on a table just filled; a failure is logged, not fatal.
+    /// Takes the outbox table's statistics when they are missing or stale, so that claims and
+    /// marks use their indexes on a table just filled or filling; a failure is logged, not fatal.
     async fn prepare(&self) {
         if let Err(e) = self.outbox.ensure_statistics().await {
             tracing::warn!(error = %crate::error::Chain(&e), "could not check the outbox table's statistics; claims may be slow on a table just filled");

@@ -226,7 +226,7 @@ impl Dialect {
                  WHERE relid = to_regclass(",
                 ") AND ((last_analyze IS NULL AND last_autoanalyze IS NULL) \
                  OR pg_relation_size(relid) \
-                 > (2 * relpages + 128)::bigint * current_setting('block_size')::bigint)",
+                 > (2 * relpages + 16)::bigint * current_setting('block_size')::bigint)",
             )),
             Dialect::MySql | Dialect::Sqlite => None,
         }

@@ -295,12 +295,14 @@ pub(crate) async fn analyze<DB: Backend>(
 }
 
 /// Whether `table`'s statistics are missing or stale (see [`Dialect::stale_statistics`]): never
-/// taken, or taken when the table was less than half its size (and a megabyte smaller), as
-/// before a bulk load. The table's size on disk is read as it is; the server's count of changed
-/// rows lags up to a second behind their commit, and on a busy outbox it passes any threshold
-/// every few seconds, which would have every relay take the statistics again and again. The
-/// claim's plan no longer depends on them (see [`Dialect::per_row_subquery`]); the console's
-/// and the operators' queries do.
+/// taken, or taken when the table was less than half its size (and 16 pages smaller), as
+/// before a bulk load or while a new outbox fills. The table's size on disk is read as it is;
+/// the server's count of changed rows lags up to a second behind their commit, and on a busy
+/// outbox it passes any threshold every few seconds, which would have every relay take the
+/// statistics again and again. The claim's per-aggregate check does not depend on them (see
+/// [`Dialect::per_row_subquery`]); the plan PostgreSQL keeps for a prepared claim or mark does
+/// (made once for all values, it is made again only when the statistics change), and so do the
+/// console's and the operators' queries.
 pub(crate) async fn stale_statistics<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
