@@ -1131,3 +1131,99 @@ async fn postgres_a_woken_relay_publishes_each_aggregates_events_without_polling
     assert_eq!(report.published, 4, "{report:?}");
     db.cleanup().await;
 }
+
+/// The claim time of the one event of `order`.
+async fn claimed_at<DB: Orders>(db: &TestDb<DB>, order: &str) -> chrono::DateTime<chrono::Utc> {
+    let records = db.outbox.by_aggregate("ORDER", order).await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    records[0].last_publish_time.expect("the event was claimed")
+}
+
+/// With a linger, the commits that follow a batch that was not full wait for it and go out in
+/// one claim, which starts at least the linger after the claim before it; without one, each
+/// would wake the relay for a claim of its own at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_relay_claims_the_commits_that_follow_a_batch_together() {
+    let Some(db) = TestDb::sqlite().await else {
+        return;
+    };
+    let linger = Duration::from_secs(1);
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(
+        publisher,
+        RelayConfig::new("lingering")
+            .batch_size(50)
+            .linger(linger)
+            .poll_interval(Duration::from_secs(60)),
+    );
+    let (stop, running) = event_tests::background::relay(relay);
+    let next = async |received: &mut tokio::sync::mpsc::Receiver<OutboxMessage>| {
+        tokio::time::timeout(Duration::from_secs(30), received.recv())
+            .await
+            .expect("published within 30 s")
+            .expect("the relay stopped")
+            .envelope
+            .aggregate_id
+    };
+    place(&db, "o-first", false).await;
+    assert_eq!(next(&mut received).await, "o-first");
+    let followers = ["o-2", "o-3", "o-4", "o-5", "o-6"];
+    for id in followers {
+        place(&db, id, false).await;
+    }
+    let mut seen = Vec::new();
+    for _ in followers {
+        seen.push(next(&mut received).await);
+    }
+    assert_eq!(seen, followers);
+    let first = claimed_at(&db, "o-first").await;
+    let mut claims = HashSet::new();
+    for id in followers {
+        claims.insert(claimed_at(&db, id).await);
+    }
+    assert_eq!(
+        claims.len(),
+        1,
+        "claimed in {} claims: {claims:?}",
+        claims.len()
+    );
+    let second = claims.into_iter().next().unwrap();
+    assert!(
+        second - first >= chrono::Duration::from_std(linger).unwrap(),
+        "the second claim came {} after the first, within the linger of {linger:?}",
+        second - first
+    );
+    let _ = stop.send(());
+    let report = running.await.unwrap();
+    assert_eq!(report.published, 6, "{report:?}");
+    db.cleanup().await;
+}
+
+/// A relay stops at once while it lingers, however long the linger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_relay_stops_without_waiting_out_its_linger() {
+    let Some(db) = TestDb::sqlite().await else {
+        return;
+    };
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(
+        publisher,
+        RelayConfig::new("lingering")
+            .linger(Duration::from_secs(60))
+            .poll_interval(Duration::from_secs(60)),
+    );
+    let (stop, running) = event_tests::background::relay(relay);
+    place(&db, "o-1", false).await;
+    tokio::time::timeout(Duration::from_secs(30), received.recv())
+        .await
+        .expect("published within 30 s")
+        .expect("the relay stopped");
+    // The relay now lingers a minute before its next claim.
+    let _ = stop.send(());
+    let report = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the relay did not stop within 10 s of its shutdown")
+        .unwrap();
+    assert_eq!(report.published, 1, "{report:?}");
+    db.cleanup().await;
+}

@@ -29,7 +29,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// The two run at the same time where [`Self::overlaps`] and the batch was full (a backlog:
     /// the next claim will find work); otherwise the claim follows the delivery, so that it also
     /// takes the events that follow the delivered ones in their aggregates, and a quiet outbox
-    /// costs one claim per batch, not two.
+    /// costs one claim per batch, not two. After a batch that was not full, the claim starts no
+    /// sooner than [`RelayConfig::linger`](crate::RelayConfig::linger) after the delivery did.
     pub(super) async fn deliver_and_claim(
         &self,
         batch: Vec<OutboxRecord>,
@@ -43,7 +44,16 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             let (next, delivered) = tokio::join!(self.claim(), self.deliver(batch));
             (next, delivered, true)
         } else {
+            let started = tokio::time::Instant::now();
             let delivered = self.deliver(batch).await;
+            let linger = self.config.linger.saturating_sub(started.elapsed());
+            if !linger.is_zero() {
+                let mut stopping = self.stopping.subscribe();
+                tokio::select! {
+                    () = tokio::time::sleep(linger) => {}
+                    _ = stopping.wait_for(|stopping| *stopping) => {}
+                }
+            }
             (self.claim().await, delivered, false)
         }
     }
