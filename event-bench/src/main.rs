@@ -104,6 +104,12 @@ struct Args {
     /// default run's, with `-sync` in the file name.
     #[arg(long)]
     relay_synchronous_commit: bool,
+    /// With --throughput: the relays' `RelayConfig::linger`, in milliseconds (0 by default).
+    #[arg(long, default_value_t = 0)]
+    relay_linger_ms: u64,
+    /// With --throughput: the producer counts of the saturation runs (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
+    saturating_producers: Vec<usize>,
     /// Draws the performance chapter's charts from `benches/results` into this directory.
     #[arg(long)]
     charts: Option<PathBuf>,
@@ -142,7 +148,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let runs = throughput::Runs {
             backlog: !args.latency_only,
             latency: !args.backlog_only,
+            saturating_producers: args.saturating_producers.clone(),
         };
+        throughput::RELAY_LINGER_MS
+            .store(args.relay_linger_ms, std::sync::atomic::Ordering::Relaxed);
         throughput::RELAY_SYNCHRONOUS_COMMIT.store(
             args.relay_synchronous_commit,
             std::sync::atomic::Ordering::Relaxed,

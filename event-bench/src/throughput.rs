@@ -13,7 +13,7 @@
 //! writes during it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -68,6 +68,8 @@ struct Latency {
     /// by a relay, marked published (after the broker's ack), recorded in the consumer's inbox.
     stages_p50_ms: Stages,
     stages_max_ms: StagesMax,
+    /// Events per relay claim that found any (the claims told apart by their claim time).
+    events_per_claim: f64,
     /// CPU seconds per 1,000 events, committing included, by process group (see `cpu`).
     cpu_s_per_1000_events: crate::cpu::PerThousand,
     /// At saturation: the same producers' transactions without the toolkit (one row of the
@@ -77,6 +79,18 @@ struct Latency {
     raw_transactions_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_raw_transactions: Option<f64>,
+    /// At saturation: the same producers committing the same events through `Outbox::commit`
+    /// with no relay or consumer running, on a fresh database of its own just before: what the
+    /// producers' side alone allows, and the end-to-end rate against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outbox_transactions_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_outbox_transactions: Option<f64>,
+    /// CPU seconds per 1,000 transactions of each of the two baselines above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_transactions_cpu: Option<crate::cpu::PerThousand>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outbox_transactions_cpu: Option<crate::cpu::PerThousand>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -93,24 +107,29 @@ struct Stages {
 struct StagesMax {
     claimed: f64,
     marked_published: f64,
+    /// Reported beside the stages, in [`Latency::events_per_claim`].
+    #[serde(skip)]
+    events_per_claim: f64,
 }
 
 /// The consumer's batch size in the latency runs.
 const LATENCY_BATCH: usize = 50;
 
-/// The producer counts of the saturation runs.
-const SATURATING_PRODUCERS: [usize; 3] = [1, 4, 16];
-
 /// Whether the relays' claims and marks wait for the disk (`--relay-synchronous-commit`).
 pub(crate) static RELAY_SYNCHRONOUS_COMMIT: AtomicBool = AtomicBool::new(false);
 
+/// The relays' linger in milliseconds (`--relay-linger-ms`).
+pub(crate) static RELAY_LINGER_MS: AtomicU64 = AtomicU64::new(0);
+
 /// Which runs of the throughput benchmark to make.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Runs {
     /// The committed backlogs, drained end to end.
     pub(crate) backlog: bool,
     /// Commit to consume at 500 events/s and at saturation.
     pub(crate) latency: bool,
+    /// The producer counts of the saturation runs.
+    pub(crate) saturating_producers: Vec<usize>,
 }
 
 pub(crate) async fn run(
@@ -158,7 +177,7 @@ pub(crate) async fn run(
         latency.push(figures);
         // Each producer count with both handlers: one consumer transaction per event costs
         // about what one producer transaction costs, one per fetched batch does not.
-        for producers in SATURATING_PRODUCERS {
+        for &producers in &runs_wanted.saturating_producers {
             for slice in [false, true] {
                 let handler = if slice { "batch" } else { "per event" };
                 let figures = latency_run(broker, producers, None, slice, 20_000, profile)
@@ -177,6 +196,7 @@ pub(crate) async fn run(
         "store": "PostgreSQL",
         "indexProfile": format!("{profile:?}"),
         "relaySynchronousCommit": RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed),
+        "relayLingerMs": RELAY_LINGER_MS.load(Ordering::Relaxed),
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
         "backlog": backlog,
         "latency": latency,
@@ -376,7 +396,10 @@ async fn run_until_applied<R: Routes<Postgres>>(
                 RelayConfig::new(format!("relay-{i}"))
                     .batch_size(500)
                     .poll_interval(Duration::from_millis(100))
-                    .synchronous_commit(RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed)),
+                    .synchronous_commit(RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed))
+                    .linger(Duration::from_millis(
+                        RELAY_LINGER_MS.load(Ordering::Relaxed),
+                    )),
             )
         })
         .collect();
@@ -473,13 +496,14 @@ async fn raw_transactions(
     db: &TestDb<Postgres>,
     producers: usize,
     events: usize,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, crate::cpu::PerThousand)> {
     sqlx::raw_sql(
         "CREATE TABLE raw_order (id BIGSERIAL PRIMARY KEY, order_id TEXT NOT NULL, \
          amount_minor BIGINT NOT NULL, payload JSONB NOT NULL)",
     )
     .execute(db.pool())
     .await?;
+    let cpu = crate::cpu::Snapshot::take();
     let started = Instant::now();
     let work = (0..producers).map(|p| async move {
         for i in (p..events).step_by(producers) {
@@ -500,10 +524,51 @@ async fn raw_transactions(
         done?;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
+    let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
     sqlx::raw_sql("DROP TABLE raw_order")
         .execute(db.pool())
         .await?;
-    Ok(rate)
+    Ok((rate, cpu))
+}
+
+/// The rate of `producers` producers committing `events` events, one per transaction, through
+/// `Outbox::commit` with nothing relaying them, on a fresh database of their own.
+async fn outbox_transactions(
+    producers: usize,
+    events: usize,
+    profile: IndexProfile,
+) -> anyhow::Result<(f64, crate::cpu::PerThousand)> {
+    let db = TestDb::postgres()
+        .await
+        .context("PostgreSQL is unreachable")?;
+    let outbox = Outbox::new(
+        db.pool().clone(),
+        OutboxConfig::new().index_profile(profile).route(
+            "ORDER_PLACED",
+            Route::topic("alone").routing_key("order.placed"),
+        ),
+    );
+    if profile != IndexProfile::Seed {
+        outbox.migrate().await?;
+    }
+    let cpu = crate::cpu::Snapshot::take();
+    let started = Instant::now();
+    let work = (0..producers).map(|p| {
+        let outbox = outbox.clone();
+        async move {
+            for i in (p..events).step_by(producers) {
+                commit_one(&outbox, i).await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        }
+    });
+    for done in futures_util::future::join_all(work).await {
+        done?;
+    }
+    let rate = events as f64 / started.elapsed().as_secs_f64();
+    let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
+    db.cleanup().await;
+    Ok((rate, cpu))
 }
 
 /// `producers` producers committing one event per transaction, each paced at `rate /
@@ -516,6 +581,10 @@ async fn latency_run(
     events: usize,
     profile: IndexProfile,
 ) -> anyhow::Result<Latency> {
+    let alone = match rate {
+        Some(_) => None,
+        None => Some(outbox_transactions(producers, events, profile).await?),
+    };
     let s = setup(broker, LATENCY_BATCH, profile).await?;
     let raw = match rate {
         Some(_) => None,
@@ -596,7 +665,8 @@ async fn latency_run(
     let stages_max = sqlx::query_as::<_, StagesMax>(
         "SELECT \
          max(extract(epoch FROM last_publish_time - create_time) * 1000)::float8 AS claimed, \
-         max(extract(epoch FROM published_time - create_time) * 1000)::float8 AS marked_published \
+         max(extract(epoch FROM published_time - create_time) * 1000)::float8 AS marked_published, \
+         count(*)::float8 / greatest(count(DISTINCT last_publish_time), 1) AS events_per_claim \
          FROM biz_outbox_event WHERE aggregate_id <> 'warm-up'",
     )
     .fetch_one(s.db.pool())
@@ -610,8 +680,12 @@ async fn latency_run(
         (stages, stages_max),
         cpu,
     )?;
-    figures.raw_transactions_per_s = raw;
-    figures.vs_raw_transactions = raw.map(|raw| figures.events_per_s / raw);
+    figures.raw_transactions_per_s = raw.map(|(rate, _)| rate);
+    figures.vs_raw_transactions = raw.map(|(rate, _)| figures.events_per_s / rate);
+    figures.raw_transactions_cpu = raw.map(|(_, cpu)| cpu);
+    figures.outbox_transactions_per_s = alone.map(|(rate, _)| rate);
+    figures.vs_outbox_transactions = alone.map(|(rate, _)| figures.events_per_s / rate);
+    figures.outbox_transactions_cpu = alone.map(|(_, cpu)| cpu);
     s.db.cleanup().await;
     Ok(figures)
 }
@@ -660,11 +734,16 @@ fn latency_figures(
         events_per_s: events as f64 / elapsed.as_secs_f64(),
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
+        events_per_claim: stages_max_ms.events_per_claim,
         stages_p50_ms,
         stages_max_ms,
         cpu_s_per_1000_events,
         raw_transactions_per_s: None,
         vs_raw_transactions: None,
+        outbox_transactions_per_s: None,
+        vs_outbox_transactions: None,
+        raw_transactions_cpu: None,
+        outbox_transactions_cpu: None,
     })
 }
 
