@@ -24,26 +24,6 @@ pub(crate) async fn listening(port: u16) -> bool {
         .is_ok()
 }
 
-/// Waits until `port` accepts connections, or fails after `deadline` naming `what` and `log`.
-pub(crate) async fn wait_for_port(
-    port: u16,
-    deadline: Duration,
-    what: &str,
-    log: &Path,
-) -> anyhow::Result<()> {
-    let until = tokio::time::Instant::now() + deadline;
-    while tokio::time::Instant::now() < until {
-        if listening(port).await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!(
-        "{what} did not listen on port {port} within {deadline:?}; see {}",
-        log.display()
-    )
-}
-
 /// Sends `signal` (a name such as `KILL`, `STOP`) to the process group `pgid`. Never to group
 /// 0 or 1 (this process's own group, every process).
 pub(crate) fn signal_group(pgid: u32, signal: &str) {
@@ -154,7 +134,34 @@ impl Service {
             .spawn()
             .with_context(|| format!("cannot start {}", self.name))?;
         self.child = Some(child);
-        wait_for_port(self.port, self.startup, self.name, &self.log).await
+        // Listening, or exited (a crashed instance's leftovers, such as PostgreSQL's lock file
+        // while its old postmaster is not yet reaped, make a start fail at once): a failed start
+        // is reported now, not after the whole startup time, so that `restart` tries again.
+        let until = tokio::time::Instant::now() + self.startup;
+        while tokio::time::Instant::now() < until {
+            if listening(self.port).await {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                bail!(
+                    "{} exited ({status}) before it listened on port {}; see {}",
+                    self.name,
+                    self.port,
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!(
+            "{} did not listen on port {} within {:?}; see {}",
+            self.name,
+            self.port,
+            self.startup,
+            self.log.display()
+        )
     }
 
     /// Kills the whole process group at once (a crash), and waits until the port is closed.
@@ -173,20 +180,20 @@ impl Service {
         }
     }
 
-    /// Starts it again after a crash, retrying while the old instance's leftovers clear.
+    /// Starts it again after a crash, retrying every half second, for up to its startup time,
+    /// while the old instance's leftovers clear.
     pub(crate) async fn restart(&mut self) -> anyhow::Result<()> {
-        let mut last = None;
-        for _ in 0..5 {
+        let until = tokio::time::Instant::now() + self.startup;
+        loop {
             match self.start().await {
                 Ok(()) => return Ok(()),
-                Err(e) => {
+                Err(e) if tokio::time::Instant::now() >= until => return Err(e),
+                Err(_) => {
                     self.crash().await;
-                    last = Some(e);
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("{} did not restart", self.name)))
     }
 
     /// Stops it for good.
