@@ -2,7 +2,8 @@
 //! (a Tansu of the test's own, advertising the proxy) behind a fault proxy: a batch
 //! whose acknowledgements are lost fails within one deadline (not one per message), and after
 //! every connection to the broker is cut, a running relay publishes again within seconds of the
-//! link coming back, with no event's retry count raised by the outage.
+//! link coming back, with no event's retry count raised by the outage; a Kafka subscription
+//! dropped while its broker is silent does not hold the dropping thread.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -522,5 +523,59 @@ async fn jetstream_gives_back_what_a_dropped_subscription_held() {
     })
     .await;
     js.delete_stream(&stream).await.unwrap();
+    db.cleanup().await;
+}
+
+/// Dropping a Kafka subscription while its broker is silent returns at once: librdkafka's
+/// close waits, without a bound, for the group coordinator to answer, and that wait must not
+/// hold the caller's thread (an async worker, or a test that never ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_subscription_is_dropped_at_once_while_its_broker_is_silent() {
+    use event_sqlx::{Consumer, Delivered, KafkaSubscription};
+    use event_tests::fixtures::OrderPlaced;
+
+    let topic = unique("silent").replace('_', "-");
+    let Some((publisher, proxy, _broker)) =
+        kafka_through_proxy(&topic, Duration::from_secs(2)).await
+    else {
+        return;
+    };
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    place(&outbox, "o-", 1).await;
+    let relay = outbox.relay(publisher, RelayConfig::new("silent-relay"));
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    let consumer = Consumer::new(db.pool().clone(), "silent-service", "1.0.0")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    let subscription =
+        KafkaSubscription::subscribe(&proxy.address().to_string(), "silent-service", &[&topic])
+            .await
+            .unwrap();
+    // The group is joined and the event applied: closing now has a group to leave.
+    let mut applied = 0;
+    wait::until(Duration::from_secs(60), async || {
+        applied += subscription
+            .drain(&consumer, Duration::from_millis(500))
+            .await
+            .map_err(|e| e.to_string())?
+            .applied;
+        match applied {
+            1 => Ok(()),
+            n => Err(format!("{n} of 1 applied")),
+        }
+    })
+    .await;
+
+    proxy.set(Fault::Blackhole);
+    let (dropped, done) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        drop(subscription);
+        let _ = dropped.send(());
+    });
+    tokio::time::timeout(Duration::from_secs(5), done)
+        .await
+        .expect("the subscription was dropped within 5 s of its broker falling silent")
+        .unwrap();
+    proxy.set(Fault::Pass);
     db.cleanup().await;
 }

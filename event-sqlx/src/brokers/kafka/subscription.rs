@@ -20,8 +20,11 @@ use super::{check_reachable, client_config};
 /// after the inbox transaction of the messages before them committed (auto-commit is off), so
 /// a process that dies redelivers what it had not committed, and the inbox turns each
 /// redelivery into a duplicate. Messages of one partition are processed in order.
+///
+/// Dropping it leaves the group on a thread of its own: the drop returns at once, even while the
+/// broker is silent.
 pub struct KafkaSubscription {
-    consumer: StreamConsumer,
+    consumer: GroupConsumer,
     address: String,
     batch: usize,
     held: tokio::sync::Mutex<Held>,
@@ -64,6 +67,34 @@ impl Held {
                 ))
             })
             .collect()
+    }
+}
+
+/// The group consumer, closed on a thread of its own when dropped: librdkafka's close leaves the
+/// group and waits for the coordinator's answer without a bound, so a silent broker would
+/// otherwise hold the thread that drops the subscription (an async worker) for good.
+struct GroupConsumer(Option<StreamConsumer>);
+
+impl std::ops::Deref for GroupConsumer {
+    type Target = StreamConsumer;
+
+    fn deref(&self) -> &StreamConsumer {
+        // Taken only in `drop`.
+        self.0
+            .as_ref()
+            .expect("the consumer is present until dropped")
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        if let Some(consumer) = self.0.take() {
+            // If no thread can be started, the closure, and the consumer with it, is dropped
+            // here: the wait is then the caller's, as without this.
+            let _ = std::thread::Builder::new()
+                .name("kafka-consumer-close".into())
+                .spawn(move || drop(consumer));
+        }
     }
 }
 
@@ -120,7 +151,7 @@ impl KafkaSubscription {
             .subscribe(topics)
             .map_err(|e| fail(format!("cannot subscribe to {}", topics.join(", ")), e))?;
         Ok(KafkaSubscription {
-            consumer,
+            consumer: GroupConsumer(Some(consumer)),
             address: bootstrap.to_owned(),
             batch: 1,
             held: tokio::sync::Mutex::new(Held::default()),
