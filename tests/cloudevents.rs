@@ -446,8 +446,12 @@ async fn python_reads(broker: Broker) {
         let Some((script, target, db)) = open(broker).await else {
             return;
         };
-        // On RabbitMQ, the queue Python reads from.
-        let _queue = target.subscription("python").await;
+        // On RabbitMQ, the queue Python reads from (bound before the relay publishes); on
+        // NATS, a durable; on Kafka, Python reads the topic's partitions without a group.
+        let _queue = match broker {
+            Broker::Kafka => None,
+            _ => Some(target.subscription("python").await),
+        };
         let outbox = committed(&db, &target.topic).await;
         let publisher = target.publisher.clone().wire_format(format);
         let relay = outbox.relay(publisher, RelayConfig::new("relay"));

@@ -90,17 +90,23 @@ def collect(args, receive):
 
 
 def kafka_read(args):
-    from confluent_kafka import Consumer, KafkaError
+    """Reads every partition of the topic from its start. Partitions are assigned, not taken
+    through a consumer group: the read needs no group, and joining one can take the broker many
+    seconds."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": args.url,
             "group.id": f"ce-peer-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([args.topic])
+    topics = consumer.list_topics(args.topic, timeout=args.timeout).topics
+    found = topics.get(args.topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise SystemExit(f"Kafka: no partitions for topic {args.topic}: {found and found.error}")
+    consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in found.partitions])
 
     def receive():
         msg = consumer.poll(0.5)
