@@ -176,13 +176,19 @@ async fn the_default_format_on_kafka_is_byte_for_byte_what_it_was() {
     publisher.ensure_topic(&topic, 1).await.unwrap();
     let results = publisher.publish(&[pinned(&topic)]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // Read the one partition by assignment: no consumer group to join on
+    // the broker, and none to leave when the reader is dropped.
     let reader: StreamConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &url)
         .set("group.id", unique("pin"))
-        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
         .create()
         .unwrap();
-    reader.subscribe(&[&topic]).unwrap();
+    let mut partitions = rdkafka::TopicPartitionList::new();
+    partitions
+        .add_partition_offset(&topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    reader.assign(&partitions).unwrap();
     let message = tokio::time::timeout(Duration::from_secs(30), reader.recv())
         .await
         .expect("the record within 30 s")
