@@ -10,8 +10,9 @@
 //! [`Consumer::messaging_spans`](crate::Consumer::messaging_spans). With the `opentelemetry`
 //! feature, each span joins the trace of the event's `traceparent` (the context its unit of
 //! work was committed in): the publish span as its child, the process span as its child and
-//! linked to it, so that one trace runs from the commit to the consumer. [`current_traceparent`]
-//! gives the `traceparent` of the current span, for `EventContext::traceparent`.
+//! linked to it, so that one trace runs from the commit to the consumer. With that feature,
+//! `current_traceparent` gives the `traceparent` of the current span, for
+//! `EventContext::traceparent`.
 //!
 //! A subscription processes the events of a batch together: each event's process span covers
 //! the batch's processing; the consumer's own spans (`event.consume`, the handlers') are not
