@@ -354,6 +354,21 @@ pub async fn postgres_with(path: event_sqlx::CommitPath) -> Option<TestDb<Postgr
     Some(db)
 }
 
+/// The index DDL that lets a MySQL or MariaDB relay check each aggregate's order from its
+/// unpublished events alone (the guide's "Order per aggregate").
+pub const MYSQL_STATUS_INDEX: &str = "ALTER TABLE biz_outbox_event ADD KEY \
+    idx_unpublished_aggregate (aggregate_type, aggregate_id, publish_status, deleted, aggregate_sequence)";
+
+/// MySQL or MariaDB with [`MYSQL_STATUS_INDEX`] added to the migrated outbox.
+pub async fn mysql_with_status_index() -> Option<TestDb<sqlx::MySql>> {
+    let db = TestDb::mysql().await?;
+    sqlx::query(MYSQL_STATUS_INDEX)
+        .execute(db.pool())
+        .await
+        .expect("the status index is added");
+    Some(db)
+}
+
 /// A TCP port on 127.0.0.1 that nothing listened on a moment ago, for a process the test starts.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -12,7 +12,7 @@ use event_sqlx::{
     Backoff, ChannelPublisher, Clock, CommitPath, EventStatus, ManualClock, OutboxConfig,
     OutboxMessage, PublishError, Publisher, RelayConfig,
 };
-use event_tests::db::{Orders, TestDb, postgres_with};
+use event_tests::db::{MYSQL_STATUS_INDEX, Orders, TestDb, mysql_with_status_index, postgres_with};
 use event_tests::fixtures::{Order, context, place};
 
 /// Fails every event whose event number is listed; sends the rest into a channel.
@@ -512,7 +512,8 @@ where
 // Bound on PostgreSQL, as the commit rules (tests/commit.rs).
 event_tests::on_every_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    postgres = postgres_with(CommitPath::Bound), mysql = TestDb::mysql(), sqlite = TestDb::sqlite();
+    postgres = postgres_with(CommitPath::Bound), mysql = TestDb::mysql(),
+    mysql_status_index = mysql_with_status_index(), sqlite = TestDb::sqlite();
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
     drain_publishes_every_claimable_event_in_aggregate_order,
     relays_draining_together_finish_only_when_nothing_is_left,
@@ -747,6 +748,135 @@ async fn mysql_relay_rides_out_a_killed_connection_while_marking() {
         "KILL CONNECTION {session}",
     )
     .await;
+    db.cleanup().await;
+}
+
+/// Copies the event of the order `o-template` into `count` events (up to 100,000), numbered
+/// `n` from 0: the aggregate id and sequence are SQL expressions of `n`, the status and next
+/// retry time those given. One statement, digits cross-joined for `n`.
+async fn copy_template(
+    db: &TestDb<sqlx::MySql>,
+    count: i64,
+    (aggregate_id, sequence): (&str, &str),
+    status: EventStatus,
+    next_retry_time: Option<chrono::DateTime<chrono::Utc>>,
+) {
+    let digit = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+        UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+        UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let statement = format!(
+        "INSERT INTO biz_outbox_event (event_no, aggregate_type, aggregate_id, \
+         aggregate_sequence, event_type, event_version, event_source, publish_channel, topic, \
+         routing_key, event_payload, event_headers, publish_status, next_retry_time) \
+         SELECT CONCAT({aggregate_id}, ':', {sequence}), t.aggregate_type, {aggregate_id}, \
+         {sequence}, t.event_type, t.event_version, t.event_source, t.publish_channel, t.topic, \
+         t.routing_key, t.event_payload, t.event_headers, ?, ? \
+         FROM biz_outbox_event t, (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n \
+         FROM {digit} a, {digit} b, {digit} c, {digit} e, {digit} f) numbers \
+         WHERE t.aggregate_id = 'o-template' AND numbers.n < ?"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(statement))
+        .bind(status.code())
+        .bind(next_retry_time)
+        .bind(count)
+        .execute(db.pool())
+        .await
+        .unwrap();
+}
+
+/// A drain by a relay on a pool of one connection: the events it claimed, and the index entries
+/// its session read in order (`Handler_read_next`).
+async fn mysql_drain_reads(db: &TestDb<sqlx::MySql>) -> (usize, u64) {
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let read_next = async || -> u64 {
+        let (_, value): (String, String) =
+            sqlx::query_as("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        value.parse().unwrap()
+    };
+    let before = read_next().await;
+    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let (publisher, _received) = ChannelPublisher::channel(100);
+    let report = outbox
+        .relay(publisher, RelayConfig::new("r"))
+        .drain()
+        .await
+        .unwrap();
+    let read = read_next().await - before;
+    pool.close().await;
+    (report.claimed, read)
+}
+
+/// MySQL has no partial index: the claim's per-aggregate check walks each candidate's earlier
+/// events through `uk_aggregate_sequence`, however many were published. With an index that leads
+/// with `(aggregate_type, aggregate_id, publish_status)`, a relay finds it and probes each
+/// unpublished status instead: the reads no longer grow with the aggregate's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    place(&db, "o-template", false).await;
+    // One order with a history of 20,000 published events and a new one; 20,000 other orders
+    // whose event failed and is due tomorrow, so that no status index is the cheaper way to
+    // the long order's earlier events.
+    let long = ("'o-long'", "n + 1");
+    copy_template(&db, 20_000, long, EventStatus::Succeeded, None).await;
+    copy_template(
+        &db,
+        1,
+        ("'o-long'", "n + 20001"),
+        EventStatus::Pending,
+        None,
+    )
+    .await;
+    let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+    let others = ("CONCAT('o-', n)", "1");
+    copy_template(&db, 20_000, others, EventStatus::Failed, Some(tomorrow)).await;
+    sqlx::query("ANALYZE TABLE biz_outbox_event")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (claimed, without_index) = mysql_drain_reads(&db).await;
+    assert_eq!(claimed, 2, "the template's event and the long order's last");
+    assert!(
+        without_index >= 20_000,
+        "the check read {without_index} entries: it was expected to walk the 20,000 published events"
+    );
+
+    sqlx::query(MYSQL_STATUS_INDEX)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    copy_template(
+        &db,
+        1,
+        ("'o-long'", "n + 20002"),
+        EventStatus::Pending,
+        None,
+    )
+    .await;
+    let (claimed, with_index) = mysql_drain_reads(&db).await;
+    assert_eq!(claimed, 1, "the long order's new event");
+    assert!(
+        with_index < 1_000,
+        "with the status index the drain read {with_index} index entries; without it, \
+         {without_index}"
+    );
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM biz_outbox_event WHERE aggregate_id = 'o-long' \
+         AND publish_status <> 2",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(pending, 0, "every event of the long order published");
     db.cleanup().await;
 }
 

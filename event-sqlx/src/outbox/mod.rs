@@ -1,7 +1,7 @@
 //! The outbox: events written in the business transaction, and the seed's queries over them.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
@@ -37,6 +37,9 @@ pub struct Outbox<DB: Backend> {
     /// What [`CommitPath::Auto`] timed and chose, and the one-row statements in use, shared
     /// with clones.
     commit_state: Arc<CommitState>,
+    /// MySQL: whether the table has an index for claims to probe each unpublished status on
+    /// (see [`Outbox::detect_status_index`]), as relays last found.
+    status_index: Arc<AtomicBool>,
 }
 
 impl<DB: Backend> Clone for Outbox<DB> {
@@ -46,6 +49,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
             config: Arc::clone(&self.config),
             wakeup: Arc::clone(&self.wakeup),
             commit_state: Arc::clone(&self.commit_state),
+            status_index: Arc::clone(&self.status_index),
         }
     }
 }
@@ -67,6 +71,7 @@ impl<DB: Backend> Outbox<DB> {
             config: Arc::new(config),
             wakeup: Arc::new(Notify::new()),
             commit_state: Arc::default(),
+            status_index: Arc::default(),
         }
     }
 
@@ -194,6 +199,35 @@ impl<DB: Backend> Outbox<DB> {
             .await
             .map_err(|e| self.db_error(e))?;
         Ok(true)
+    }
+
+    /// MySQL and MariaDB: looks for an index on the outbox table that leads with
+    /// `(aggregate_type, aggregate_id, publish_status)`, and when there is one, claims check
+    /// each aggregate's order with one probe per unpublished status on it. Without it, the
+    /// check walks the aggregate's earlier events, published ones included, so a claim slows in
+    /// proportion to the longest history among the aggregates it considers. One catalog query;
+    /// nothing on PostgreSQL and SQLite, whose partial index answers from the unpublished
+    /// events alone. Relays call it when they start. Returns whether the index is there.
+    pub(crate) async fn detect_status_index(&self) -> Result<bool, Error> {
+        if DB::DIALECT.has_partial_indexes() {
+            return Ok(false);
+        }
+        let mut conn = self.conn().await?;
+        let found = sql::has_status_index::<DB>(&mut conn, &self.config.table)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        self.status_index.store(found, Ordering::Relaxed);
+        Ok(found)
+    }
+
+    /// How a claim checks each aggregate's order: not at all unless `ordered`, otherwise as
+    /// the table's indexes allow (see [`Outbox::detect_status_index`]).
+    pub(crate) fn aggregate_order(&self, ordered: bool) -> sql::AggregateOrder {
+        match (ordered, self.status_index.load(Ordering::Relaxed)) {
+            (false, _) => sql::AggregateOrder::Unordered,
+            (true, false) => sql::AggregateOrder::OneProbe,
+            (true, true) => sql::AggregateOrder::ProbePerStatus,
+        }
     }
 
     /// Wakes this process's relays, e.g. after committing a flush done with [`Outbox::flush`].

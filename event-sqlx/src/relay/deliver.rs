@@ -66,7 +66,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             now: claimed_at,
             lease_until: after(claimed_at, self.config.lease),
             limit: i64::from(self.config.batch_size),
-            ordered: self.config.ordered,
+            order: self.outbox.aggregate_order(self.config.ordered),
             synchronous_commit: self.config.synchronous_commit,
         };
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);

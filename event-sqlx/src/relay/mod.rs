@@ -106,7 +106,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// one writer, the next claim follows the delivery. On an error, a batch already claimed is
     /// still delivered before the error is returned, so no lease is left held.
     pub async fn drain(&self) -> Result<BatchReport, Error> {
-        self.prepare().await;
+        self.start().await;
         let mut total = BatchReport::default();
         let mut batch = self.claim().await?;
         loop {
@@ -155,6 +155,15 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
     }
 
+    /// What a relay does when it starts: [`Self::prepare`], and on MySQL a look for the index
+    /// that bounds the per-aggregate check ([`Outbox::detect_status_index`]).
+    async fn start(&self) {
+        self.prepare().await;
+        if let Err(e) = self.outbox.detect_status_index().await {
+            tracing::warn!(error = %crate::error::Chain(&e), "could not read the outbox table's indexes; claims check each aggregate's order through its whole history");
+        }
+    }
+
     /// Whether an event is claimable now, by this relay or another, or another relay holds a
     /// live lease.
     async fn work_remains(&self) -> Result<bool, Error> {
@@ -163,7 +172,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             &mut conn,
             &self.outbox.config().table,
             self.outbox.now(),
-            self.config.ordered,
+            self.outbox.aggregate_order(self.config.ordered),
             &self.config.instance_id,
         )
         .await

@@ -85,7 +85,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// no lease held.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> BatchReport {
         self.stopping.send_replace(false);
-        self.prepare().await;
+        self.start().await;
         let mut total = BatchReport::default();
         let mut last_recovery: Option<Instant> = None;
         let mut last_sample: Option<Instant> = None;

@@ -315,6 +315,30 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     Ok(!q.fetch(conn).await?.is_empty())
 }
 
+/// MySQL: whether an index on `table` leads with `(aggregate_type, aggregate_id,
+/// publish_status)`, the three columns a claim's per-status probe looks up by (see
+/// [`AggregateOrder::ProbePerStatus`]). Read from `information_schema`, in the table's schema
+/// or the connection's database.
+pub(crate) async fn has_status_index<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<bool, sqlx::Error> {
+    let mut q = Sql::<DB>::new(
+        "SELECT index_name AS name FROM information_schema.statistics WHERE table_schema = ",
+    );
+    match table.as_str().split_once('.') {
+        Some((schema, name)) => q.bind(schema).push(" AND table_name = ").bind(name),
+        None => q.push("DATABASE() AND table_name = ").bind(table.as_str()),
+    };
+    q.push(
+        " GROUP BY index_name \
+         HAVING SUM(seq_in_index = 1 AND column_name = 'aggregate_type') = 1 \
+         AND SUM(seq_in_index = 2 AND column_name = 'aggregate_id') = 1 \
+         AND SUM(seq_in_index = 3 AND column_name = 'publish_status') = 1",
+    );
+    Ok(!q.fetch(conn).await?.is_empty())
+}
+
 /// The rows the health of the outbox is read from: pending, failed and expired-lease counts, each
 /// answered from the status indexes, and the oldest pending row's creation time.
 pub(crate) async fn health<DB: Backend>(

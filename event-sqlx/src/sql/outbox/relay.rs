@@ -22,20 +22,46 @@ pub(super) fn claimable() -> String {
     )
 }
 
-/// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The status
-/// list is the predicate of the partial index `outbox_idx_unpublished_aggregate`; the subquery
-/// runs per candidate row (see [`Dialect::per_row_subquery`]).
+/// How a claim keeps each aggregate's events in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AggregateOrder {
+    /// Not at all ([`RelayConfig::unordered`](crate::RelayConfig::unordered)).
+    Unordered,
+    /// One probe per candidate for an earlier event in any unpublished status: on PostgreSQL
+    /// and SQLite an index-only probe of the partial index `outbox_idx_unpublished_aggregate`;
+    /// on MySQL, which has no partial index, a walk of the aggregate's earlier events through
+    /// `uk_aggregate_sequence`, reading each row's status.
+    OneProbe,
+    /// MySQL with an index that leads with `(aggregate_type, aggregate_id, publish_status)`
+    /// (see `Outbox::detect_status_index`): one probe per unpublished status, each reading only
+    /// the aggregate's events in that status, however long its published history.
+    ProbePerStatus,
+}
+
+/// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The
+/// subquery runs per candidate row (see [`Dialect::per_row_subquery`]); `per_status` splits it
+/// into one per unpublished status (see [`AggregateOrder::ProbePerStatus`]).
 ///
 /// [`Dialect::per_row_subquery`]: crate::sql::dialect::Dialect::per_row_subquery
-pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName) -> String {
-    format!(
-        " AND NOT EXISTS (SELECT 1 FROM {table} p \
-         WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
-         AND p.aggregate_sequence < o.aggregate_sequence AND p.publish_status IN {} \
-         AND p.deleted = 0{})",
-        codes(&[Pending, InProgress, Failed]),
-        DB::DIALECT.per_row_subquery()
-    )
+pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName, per_status: bool) -> String {
+    let probe = |status: String| {
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM {table} p \
+             WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+             AND p.publish_status {status} AND p.deleted = 0 \
+             AND p.aggregate_sequence < o.aggregate_sequence{})",
+            DB::DIALECT.per_row_subquery()
+        )
+    };
+    let unpublished = [Pending, InProgress, Failed];
+    if !per_status {
+        probe(format!("IN {}", codes(&unpublished)))
+    } else {
+        unpublished
+            .iter()
+            .map(|status| probe(format!("= {}", status.code())))
+            .collect()
+    }
 }
 
 /// A claim of a batch under a lease.
@@ -45,7 +71,7 @@ pub(crate) struct Claim<'a> {
     pub(crate) now: DateTime<Utc>,
     pub(crate) lease_until: DateTime<Utc>,
     pub(crate) limit: i64,
-    pub(crate) ordered: bool,
+    pub(crate) order: AggregateOrder,
     /// Whether the claim waits for its commit to reach the disk (see [`unflushed`]).
     pub(crate) synchronous_commit: bool,
 }
@@ -77,14 +103,15 @@ pub(super) fn due_candidates<DB: Backend>(
     q: &mut Sql<DB>,
     table: &TableName,
     now: DateTime<Utc>,
-    ordered: bool,
+    order: AggregateOrder,
 ) {
     q.push(format!(" FROM {table} o WHERE {}", claimable()));
     q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
         .bind(now)
         .push(")");
-    if ordered {
-        q.push(no_earlier_unpublished::<DB>(table));
+    if order != AggregateOrder::Unordered {
+        let per_status = order == AggregateOrder::ProbePerStatus;
+        q.push(no_earlier_unpublished::<DB>(table, per_status));
     }
 }
 
@@ -97,12 +124,12 @@ pub(crate) async fn work_remains<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
     now: DateTime<Utc>,
-    ordered: bool,
+    order: AggregateOrder,
     relay_id: &str,
 ) -> Result<bool, sqlx::Error> {
     let mut q = Sql::<DB>::new(DB::DIALECT.select_one_where());
     q.push("EXISTS (SELECT 1");
-    due_candidates(&mut q, table, now, ordered);
+    due_candidates(&mut q, table, now, order);
     q.push(format!(
         ") OR EXISTS (SELECT 1 FROM {table} l WHERE l.publish_status = {IN_PROGRESS} \
          AND l.deleted = 0 AND l.lock_until > "
@@ -122,7 +149,7 @@ pub(crate) async fn claim<DB: Backend>(
     claim: &Claim<'_>,
 ) -> Result<Vec<OutboxRecord>, sqlx::Error> {
     let candidates = |q: &mut Sql<DB>| {
-        due_candidates(q, table, claim.now, claim.ordered);
+        due_candidates(q, table, claim.now, claim.order);
         q.push(DB::DIALECT.claim_order());
         q.push(" LIMIT ").bind(claim.limit);
     };
