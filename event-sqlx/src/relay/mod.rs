@@ -159,8 +159,14 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// that bounds the per-aggregate check ([`Outbox::detect_status_index`]).
     async fn start(&self) {
         self.prepare().await;
-        if let Err(e) = self.outbox.detect_status_index().await {
-            tracing::warn!(error = %crate::error::Chain(&e), "could not read the outbox table's indexes; claims check each aggregate's order through its whole history");
+        match self.outbox.detect_status_index().await {
+            Ok(true) if self.config.ordered => {
+                tracing::debug!(relay = %self.config.instance_id, "the outbox table has an index leading with (aggregate_type, aggregate_id, publish_status): claims probe each unpublished status on it");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(relay = %self.config.instance_id, error = %crate::error::Chain(&e), "could not read the outbox table's indexes; claims check each aggregate's order through its whole history");
+            }
         }
     }
 
