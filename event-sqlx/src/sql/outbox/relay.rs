@@ -38,12 +38,15 @@ pub(crate) enum AggregateOrder {
     ProbePerStatus,
 }
 
-/// Per-aggregate order: no earlier event of the same aggregate is still unpublished. The
-/// subquery runs per candidate row (see [`Dialect::per_row_subquery`]); `per_status` splits it
-/// into one per unpublished status (see [`AggregateOrder::ProbePerStatus`]).
+/// Per-aggregate order as `order` keeps it: nothing when unordered, otherwise that no earlier
+/// event of the same aggregate is still unpublished. The subquery runs per candidate row (see
+/// [`Dialect::per_row_subquery`]), once for the three unpublished statuses or once for each.
 ///
 /// [`Dialect::per_row_subquery`]: crate::sql::dialect::Dialect::per_row_subquery
-pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName, per_status: bool) -> String {
+pub(super) fn no_earlier_unpublished<DB: Backend>(
+    table: &TableName,
+    order: AggregateOrder,
+) -> String {
     let probe = |status: String| {
         format!(
             " AND NOT EXISTS (SELECT 1 FROM {table} p \
@@ -54,13 +57,13 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(table: &TableName, per_status:
         )
     };
     let unpublished = [Pending, InProgress, Failed];
-    if !per_status {
-        probe(format!("IN {}", codes(&unpublished)))
-    } else {
-        unpublished
+    match order {
+        AggregateOrder::Unordered => String::new(),
+        AggregateOrder::OneProbe => probe(format!("IN {}", codes(&unpublished))),
+        AggregateOrder::ProbePerStatus => unpublished
             .iter()
             .map(|status| probe(format!("= {}", status.code())))
-            .collect()
+            .collect(),
     }
 }
 
@@ -109,10 +112,7 @@ pub(super) fn due_candidates<DB: Backend>(
     q.push(" AND (o.next_retry_time IS NULL OR o.next_retry_time <= ")
         .bind(now)
         .push(")");
-    if order != AggregateOrder::Unordered {
-        let per_status = order == AggregateOrder::ProbePerStatus;
-        q.push(no_earlier_unpublished::<DB>(table, per_status));
-    }
+    q.push(no_earlier_unpublished::<DB>(table, order));
 }
 
 /// Whether a drain by `relay_id` must go on: a row is claimable at `now` (read without locks, so
