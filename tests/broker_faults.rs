@@ -579,3 +579,81 @@ async fn a_kafka_subscription_is_dropped_at_once_while_its_broker_is_silent() {
     proxy.set(Fault::Pass);
     db.cleanup().await;
 }
+
+/// A running RabbitMQ subscription rides out a cut connection: `run` does not return, it opens
+/// its channel (and its connection) again once the link passes, and applies what was published
+/// meanwhile, each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_subscription_consumes_again_after_its_connection_is_cut() {
+    use event_sqlx::{Consumer, Delivered, RabbitMqSubscription};
+    use event_tests::fixtures::OrderPlaced;
+
+    let url = amqp_url();
+    let Some(direct) = reachable("RabbitMQ", &url, RabbitMqPublisher::connect(&url).await) else {
+        return;
+    };
+    let topic = unique("cutsub");
+    direct.declare_exchange(&topic).await.unwrap();
+    let proxy = FaultProxy::start(socket_of(&url)).await.unwrap();
+    let subscription =
+        RabbitMqSubscription::connect(&through(&url, proxy.address()), &topic, &topic, "order.*")
+            .await
+            .unwrap();
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    let relay = outbox.relay(direct.clone(), RelayConfig::new("cutsub-relay"));
+    let consumer = Consumer::new(db.pool().clone(), "cutsub-service", "1.0.0")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    let consumed = async |expected: i64| {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM consumed_event")
+            .fetch_one(db.pool())
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == expected {
+            Ok(())
+        } else {
+            Err(format!("{n} of {expected} consumed"))
+        }
+    };
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = subscription.run(&consumer, async {
+        let _ = stopped.await;
+    });
+    tokio::pin!(run);
+    let scenario = async {
+        place(&outbox, "before-", 5).await;
+        assert_eq!(relay.run_once().await.unwrap().published, 5);
+        wait::until(Duration::from_secs(20), async || consumed(5).await).await;
+
+        let connections = proxy.accepted();
+        proxy.set(Fault::Cut);
+        place(&outbox, "during-", 5).await;
+        assert_eq!(relay.run_once().await.unwrap().published, 5);
+        // The subscription tried to connect again while the link was cut.
+        wait::until(Duration::from_secs(20), async || {
+            if proxy.accepted() > connections {
+                Ok(())
+            } else {
+                Err("no new connection tried yet".to_owned())
+            }
+        })
+        .await;
+        proxy.set(Fault::Pass);
+        wait::until(Duration::from_secs(20), async || consumed(10).await).await;
+
+        place(&outbox, "after-", 5).await;
+        assert_eq!(relay.run_once().await.unwrap().published, 5);
+        wait::until(Duration::from_secs(20), async || consumed(15).await).await;
+    };
+    tokio::select! {
+        ended = &mut run => panic!("the subscription stopped at the cut: {ended:?}"),
+        () = scenario => {}
+    }
+    stop.send(()).unwrap();
+    let report = run.await.unwrap();
+    assert_eq!(report.applied, 15, "each event applied once: {report:?}");
+
+    remove_rabbitmq(&topic).await;
+    db.cleanup().await;
+}

@@ -372,13 +372,15 @@ fn process_spans<M>(
 /// A subscription that can drain: what [`run_until`] loops over.
 #[allow(dead_code)] // used by whichever broker features are on
 pub(crate) trait Drain {
-    /// Processes messages until none arrives for `idle`.
+    /// Processes messages until none arrives for `idle`, adding what it did to `report` (also
+    /// when it ends in an error).
     #[allow(dead_code)] // used by whichever broker features are on
     async fn drain_once<DB: crate::sql::dialect::Backend, R: crate::route::Routes<DB>>(
         &self,
         consumer: &crate::consumer::Consumer<DB, R>,
         idle: std::time::Duration,
-    ) -> Result<ConsumeReport, crate::error::Error>;
+        report: &mut ConsumeReport,
+    ) -> Result<(), crate::error::Error>;
 }
 
 /// Drains again and again until `shutdown` completes, finishing the drain in hand first. A
@@ -402,17 +404,19 @@ where
     tokio::pin!(shutdown);
     loop {
         match subscription
-            .drain_once(consumer, std::time::Duration::from_millis(500))
+            .drain_once(consumer, std::time::Duration::from_millis(500), &mut total)
             .await
         {
-            Ok(report) => {
-                total.merge(report);
-                pause = PAUSE;
-            }
-            // The database is down or dropped the connection: what was in hand went back to
-            // the broker; pause, then go on.
+            Ok(()) => pause = PAUSE,
+            // The database or the broker is down or dropped the connection: what was in hand
+            // goes back to the broker; pause, then go on.
             Err(e) if e.is_transient() => {
-                tracing::warn!(consumer = consumer.name(), error = %crate::error::Chain(&e), pause = ?pause, "consumer paused: the database is unavailable");
+                let what = match e {
+                    crate::error::Error::Broker { .. }
+                    | crate::error::Error::BrokerUnavailable { .. } => "the broker",
+                    _ => "the database",
+                };
+                tracing::warn!(consumer = consumer.name(), error = %crate::error::Chain(&e), pause = ?pause, "consumer paused: {what} is unavailable");
                 tokio::select! {
                     biased;
                     () = &mut shutdown => return Ok(total),

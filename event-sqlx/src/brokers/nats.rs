@@ -354,9 +354,21 @@ impl JetStreamSubscription {
         consumer: &Consumer<DB, R>,
         idle: Duration,
     ) -> Result<super::ConsumeReport, Error> {
+        let mut report = super::ConsumeReport::default();
+        self.drain_into(consumer, idle, &mut report).await?;
+        Ok(report)
+    }
+
+    /// [`Self::drain`], adding what it did to `report` as it goes, so that a drain that ends in
+    /// an error still counts what it applied before.
+    async fn drain_into<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: Duration,
+        report: &mut super::ConsumeReport,
+    ) -> Result<(), Error> {
         use futures_util::{FutureExt, StreamExt};
         let stopped = |e: BoxError| Error::stopped(consumer.name(), "JetStream failed", e);
-        let mut report = super::ConsumeReport::default();
         let mut guard = self.messages.lock().await;
         if guard.is_none() {
             *guard = Some(
@@ -373,7 +385,7 @@ impl JetStreamSubscription {
         };
         loop {
             let first = match tokio::time::timeout(idle, messages.next()).await {
-                Err(_) => return Ok(report),
+                Err(_) => return Ok(()),
                 Ok(None) => {
                     *guard = None;
                     return Err(stopped("the pull stream ended".into()));
@@ -412,7 +424,7 @@ impl JetStreamSubscription {
                 },
                 destination: &|m: &jetstream::Message| m.subject.to_string(),
             };
-            let processed = super::receive_batch(consumer, &chunk, source, &mut report).await;
+            let processed = super::receive_batch(consumer, &chunk, source, report).await;
             let early = match processed {
                 Ok(early) => early,
                 Err(stop) => {
@@ -443,8 +455,9 @@ impl super::Drain for JetStreamSubscription {
         &self,
         consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
-    ) -> Result<super::ConsumeReport, Error> {
-        self.drain(consumer, idle).await
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
+        self.drain_into(consumer, idle, report).await
     }
 }
 

@@ -191,8 +191,20 @@ impl KafkaSubscription {
         consumer: &Consumer<DB, R>,
         idle: Duration,
     ) -> Result<crate::brokers::ConsumeReport, Error> {
-        use futures_util::FutureExt;
         let mut report = crate::brokers::ConsumeReport::default();
+        self.drain_into(consumer, idle, &mut report).await?;
+        Ok(report)
+    }
+
+    /// [`Self::drain`], adding what it did to `report` as it goes, so that a drain that ends in
+    /// an error still counts what it applied before.
+    async fn drain_into<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: Duration,
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
+        use futures_util::FutureExt;
         let mut held = self.held.lock().await;
         let mut quiet = Duration::ZERO;
         loop {
@@ -207,9 +219,9 @@ impl KafkaSubscription {
             let mut batch = match tokio::time::timeout(wait, self.consumer.recv()).await {
                 Err(_) => {
                     quiet += wait;
-                    self.retry_held(consumer, &mut held, &mut report).await?;
+                    self.retry_held(consumer, &mut held, report).await?;
                     if quiet >= idle {
-                        return Ok(report);
+                        return Ok(());
                     }
                     continue;
                 }
@@ -230,20 +242,19 @@ impl KafkaSubscription {
                     None => break,
                 }
             }
-            let early = match crate::brokers::receive_batch(consumer, &batch, source(), &mut report)
-                .await
-            {
-                Ok(early) => early,
-                Err(e) => {
-                    // Not committed, and already read: held, so that the next drain tries
-                    // them again (the inbox finds what was committed a duplicate).
-                    for m in &batch {
-                        held.read(m);
-                        held.messages.push(m.detach());
+            let early =
+                match crate::brokers::receive_batch(consumer, &batch, source(), report).await {
+                    Ok(early) => early,
+                    Err(e) => {
+                        // Not committed, and already read: held, so that the next drain tries
+                        // them again (the inbox finds what was committed a duplicate).
+                        for m in &batch {
+                            held.read(m);
+                            held.messages.push(m.detach());
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
-                }
-            };
+                };
             let had_held = !held.messages.is_empty();
             let mut partitions = Vec::new();
             for (m, early) in batch.iter().zip(early) {
@@ -254,7 +265,7 @@ impl KafkaSubscription {
             }
             if had_held {
                 // The batch may have applied what they waited for.
-                self.retry_held(consumer, &mut held, &mut report).await?;
+                self.retry_held(consumer, &mut held, report).await?;
             }
             partitions.sort_unstable();
             partitions.dedup();
@@ -368,8 +379,9 @@ impl crate::brokers::Drain for KafkaSubscription {
     async fn drain_once<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
-        idle: Duration,
-    ) -> Result<crate::brokers::ConsumeReport, Error> {
-        self.drain(consumer, idle).await
+        idle: std::time::Duration,
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
+        self.drain_into(consumer, idle, report).await
     }
 }

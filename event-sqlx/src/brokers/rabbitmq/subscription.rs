@@ -5,7 +5,7 @@ use lapin::Channel;
 use lapin::types::{FieldTable, ShortString};
 
 use crate::consumer::Consumer;
-use crate::error::Error;
+use crate::error::{BoxError, Error};
 use crate::route::Routes;
 use crate::sql::dialect::Backend;
 
@@ -20,18 +20,29 @@ pub(super) const PREFETCH: u16 = 1000;
 ///
 /// The subscription starts consuming at its first drain and keeps consuming until it is
 /// dropped, so no delivery waits between two drains.
+///
+/// A lost connection or channel (a broker restart, a cut link) does not end the subscription:
+/// the drain that meets it returns a transient [`Error::Broker`], and the next drain opens a
+/// channel again (and the connection, through the publisher it was bound to) and consumes again.
+/// [`RabbitMqSubscription::run`] does so by itself, pausing between tries while the broker is
+/// away. What the lost channel held unacknowledged the broker delivers again; an event whose
+/// inbox transaction had committed before its ack was lost is then recognised as a duplicate.
 #[derive(Debug)]
 pub struct RabbitMqSubscription {
-    channel: Channel,
+    publisher: RabbitMqPublisher,
+    exchange: String,
     queue: String,
+    binding_key: String,
     batch: usize,
     deliveries: tokio::sync::Mutex<Intake>,
 }
 
-/// What a subscription receives from: the broker's consumer, once started, and the deliveries
-/// held back because they arrived before their aggregate's previous sequence was applied.
+/// What a subscription receives from: its channel, the broker's consumer on it once started,
+/// and the deliveries held back because they arrived before their aggregate's previous
+/// sequence was applied.
 #[derive(Debug, Default)]
 pub(super) struct Intake {
+    channel: Option<Channel>,
     consumer: Option<lapin::Consumer>,
     held: Vec<lapin::message::Delivery>,
 }
@@ -51,7 +62,7 @@ impl RabbitMqSubscription {
     }
 
     /// Declares the durable queue `queue`, binds it to `exchange` with `binding_key` (e.g.
-    /// `order.*`), and takes up to 100 unacknowledged messages at a time. It shares the
+    /// `order.*`), and takes up to 1000 unacknowledged messages at a time. It shares the
     /// connection of `publisher`; [`RabbitMqSubscription::connect`] opens one of its own.
     pub async fn bind(
         publisher: &RabbitMqPublisher,
@@ -59,22 +70,41 @@ impl RabbitMqSubscription {
         queue: &str,
         binding_key: &str,
     ) -> Result<RabbitMqSubscription, Error> {
-        use lapin::options::{BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
-        let fail = |what: &str, e: lapin::Error| {
-            Error::broker("RabbitMQ", &publisher.address, format!("{what} {queue}"), e)
+        let subscription = RabbitMqSubscription {
+            publisher: publisher.clone(),
+            exchange: exchange.to_owned(),
+            queue: queue.to_owned(),
+            binding_key: binding_key.to_owned(),
+            batch: 1,
+            deliveries: tokio::sync::Mutex::new(Intake::default()),
         };
-        let connection = publisher.connection().await.map_err(|e| {
+        let channel = subscription.open_channel().await?;
+        subscription.deliveries.lock().await.channel = Some(channel);
+        Ok(subscription)
+    }
+
+    /// A new channel on the publisher's connection (opened again if it was lost), with the
+    /// queue declared, bound and its prefetch set.
+    async fn open_channel(&self) -> Result<Channel, Error> {
+        use lapin::options::{BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
+        let queue = self.queue.as_str();
+        let fail = |what: &str, e: BoxError| {
             Error::broker(
                 "RabbitMQ",
-                &publisher.address,
-                format!("cannot open a channel for {queue}"),
+                &self.publisher.address,
+                format!("{what} {queue}"),
                 e,
             )
-        })?;
+        };
+        let connection = self
+            .publisher
+            .connection()
+            .await
+            .map_err(|e| fail("cannot open a channel for", e.into()))?;
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| fail("cannot open a channel for", e))?;
+            .map_err(|e| fail("cannot open a channel for", e.into()))?;
         channel
             .queue_declare(
                 ShortString::from(queue),
@@ -85,27 +115,37 @@ impl RabbitMqSubscription {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| fail("cannot declare", e))?;
+            .map_err(|e| fail("cannot declare", e.into()))?;
         channel
             .queue_bind(
                 ShortString::from(queue),
-                ShortString::from(exchange),
-                ShortString::from(binding_key),
+                ShortString::from(self.exchange.as_str()),
+                ShortString::from(self.binding_key.as_str()),
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| fail("cannot bind", e))?;
+            .map_err(|e| fail("cannot bind", e.into()))?;
         channel
             .basic_qos(PREFETCH, BasicQosOptions::default())
             .await
-            .map_err(|e| fail("cannot set the prefetch of", e))?;
-        Ok(RabbitMqSubscription {
-            channel,
-            queue: queue.to_owned(),
-            batch: 1,
-            deliveries: tokio::sync::Mutex::new(Intake::default()),
-        })
+            .map_err(|e| fail("cannot set the prefetch of", e.into()))?;
+        Ok(channel)
+    }
+
+    /// The error a failed receive or ack on `channel` stops the drain with: the channel lost
+    /// (transient: the next drain opens it again), or else the consumer stopped.
+    fn failure(&self, consumer: &str, channel: &Channel, e: lapin::Error) -> Error {
+        if channel.status().connected() {
+            Error::stopped(consumer, "RabbitMQ failed", e)
+        } else {
+            Error::broker(
+                "RabbitMQ",
+                &self.publisher.address,
+                format!("lost the channel of {}", self.queue),
+                e,
+            )
+        }
     }
 
     /// Applies up to `size` messages in one database transaction (see
@@ -119,8 +159,10 @@ impl RabbitMqSubscription {
     }
 
     /// Processes messages until `shutdown` completes (the message in hand is finished first),
-    /// and reports what it did. While the database is unavailable it pauses (250 ms, doubling up to
-    /// 5 s) and goes on; a consumer that must stop (a bug, a broker failure) returns the error.
+    /// and reports what it did. While the database or the broker is unavailable it pauses
+    /// (250 ms, doubling up to 5 s) and goes on, opening its channel again once the broker
+    /// answers; a consumer that must stop (a bug, a queue the broker cancelled) returns the
+    /// error.
     pub async fn run<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -140,15 +182,41 @@ impl RabbitMqSubscription {
         consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
     ) -> Result<crate::brokers::ConsumeReport, Error> {
+        let mut report = crate::brokers::ConsumeReport::default();
+        self.drain_into(consumer, idle, &mut report).await?;
+        Ok(report)
+    }
+
+    /// [`Self::drain`], adding what it did to `report` as it goes, so that a drain that ends in
+    /// an error still counts what it applied before.
+    async fn drain_into<DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        idle: std::time::Duration,
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
         use futures_util::{FutureExt, StreamExt};
         use lapin::options::{BasicAckOptions, BasicConsumeOptions};
-        let stopped = |e: lapin::Error| Error::stopped(consumer.name(), "RabbitMQ failed", e);
         let mut guard = self.deliveries.lock().await;
         let intake = &mut *guard;
+        let channel = match &intake.channel {
+            Some(channel) if channel.status().connected() => channel.clone(),
+            lost => {
+                // What the lost channel held unacknowledged went back to the queue.
+                if lost.is_some() {
+                    tracing::info!(queue = %self.queue, "RabbitMQ channel lost; opening it again");
+                }
+                *intake = Intake::default();
+                let channel = self.open_channel().await?;
+                intake.channel = Some(channel.clone());
+                channel
+            }
+        };
+        let failed = |e: lapin::Error| self.failure(consumer.name(), &channel, e);
         if intake.consumer.is_none() {
             let tag = format!("{}-{}", consumer.name(), std::process::id());
             intake.consumer = Some(
-                self.channel
+                channel
                     .basic_consume(
                         ShortString::from(self.queue.as_str()),
                         ShortString::from(tag.as_str()),
@@ -156,17 +224,17 @@ impl RabbitMqSubscription {
                         FieldTable::default(),
                     )
                     .await
-                    .map_err(&stopped)?,
+                    .map_err(&failed)?,
             );
         }
         let Intake {
             consumer: Some(deliveries),
             held,
+            ..
         } = intake
         else {
             unreachable!("the consumer was just started")
         };
-        let mut report = crate::brokers::ConsumeReport::default();
         let mut quiet = std::time::Duration::ZERO;
         loop {
             let wait = if held.is_empty() {
@@ -178,12 +246,20 @@ impl RabbitMqSubscription {
                 Err(_) => {
                     quiet += wait;
                     if !held.is_empty() {
-                        self.retry_held(consumer, held, &mut report).await?;
+                        self.retry_held(consumer, held, report, &failed).await?;
                     }
                     if quiet >= idle {
-                        return Ok(report);
+                        return Ok(());
                     }
                     continue;
+                }
+                Ok(None) if !channel.status().connected() => {
+                    return Err(Error::broker(
+                        "RabbitMQ",
+                        &self.publisher.address,
+                        format!("lost the channel of {}", self.queue),
+                        "the connection closed",
+                    ));
                 }
                 Ok(None) => {
                     intake.consumer = None;
@@ -193,31 +269,31 @@ impl RabbitMqSubscription {
                         format!("the broker cancelled the consumer of queue {}", self.queue),
                     ));
                 }
-                Ok(Some(delivery)) => vec![delivery.map_err(&stopped)?],
+                Ok(Some(delivery)) => vec![delivery.map_err(&failed)?],
             };
             quiet = std::time::Duration::ZERO;
             while batch.len() < self.batch {
                 match deliveries.next().now_or_never() {
-                    Some(Some(delivery)) => batch.push(delivery.map_err(&stopped)?),
+                    Some(Some(delivery)) => batch.push(delivery.map_err(&failed)?),
                     _ => break,
                 }
             }
-            let early = self.process(consumer, &batch, held, &mut report).await?;
+            let early = self.process(consumer, &batch, held, report).await?;
             if held.is_empty() && !early.iter().any(|e| *e) {
                 // One ack for the batch: every earlier delivery of this channel is acked.
                 if let Some(last) = batch.last() {
                     last.ack(BasicAckOptions { multiple: true })
                         .await
-                        .map_err(&stopped)?;
+                        .map_err(&failed)?;
                 }
                 continue;
             }
             // Some are held: the others are acked one by one.
             let had_held = !held.is_empty();
-            hold_or_ack(consumer, batch, early, held).await?;
+            hold_or_ack(batch, early, held, &failed).await?;
             if had_held {
                 // The batch may have applied what they waited for.
-                self.retry_held(consumer, held, &mut report).await?;
+                self.retry_held(consumer, held, report, &failed).await?;
             }
         }
     }
@@ -270,20 +346,21 @@ impl RabbitMqSubscription {
         consumer: &Consumer<DB, R>,
         held: &mut Vec<lapin::message::Delivery>,
         report: &mut crate::brokers::ConsumeReport,
+        failed: &impl Fn(lapin::Error) -> Error,
     ) -> Result<(), Error> {
         let batch = std::mem::take(held);
         let early = self.process(consumer, &batch, held, report).await?;
-        hold_or_ack(consumer, batch, early, held).await
+        hold_or_ack(batch, early, held, failed).await
     }
 }
 
 /// Holds the deliveries that came early and acks the others, one by one: a multiple ack would
 /// take the held ones with it.
-async fn hold_or_ack<DB: Backend, R: Routes<DB>>(
-    consumer: &Consumer<DB, R>,
+async fn hold_or_ack(
     batch: Vec<lapin::message::Delivery>,
     early: Vec<bool>,
     held: &mut Vec<lapin::message::Delivery>,
+    failed: &impl Fn(lapin::Error) -> Error,
 ) -> Result<(), Error> {
     use lapin::options::BasicAckOptions;
     for (delivery, early) in batch.into_iter().zip(early) {
@@ -293,7 +370,7 @@ async fn hold_or_ack<DB: Backend, R: Routes<DB>>(
             delivery
                 .ack(BasicAckOptions::default())
                 .await
-                .map_err(|e| Error::stopped(consumer.name(), "RabbitMQ failed", e))?;
+                .map_err(failed)?;
         }
     }
     Ok(())
@@ -304,8 +381,9 @@ impl crate::brokers::Drain for RabbitMqSubscription {
         &self,
         consumer: &Consumer<DB, R>,
         idle: std::time::Duration,
-    ) -> Result<crate::brokers::ConsumeReport, Error> {
-        self.drain(consumer, idle).await
+        report: &mut crate::brokers::ConsumeReport,
+    ) -> Result<(), Error> {
+        self.drain_into(consumer, idle, report).await
     }
 }
 
@@ -313,8 +391,10 @@ impl Drop for RabbitMqSubscription {
     /// Closes the subscription's channel, so that the deliveries it holds unacknowledged go back
     /// to the queue for another consumer at once.
     fn drop(&mut self) {
+        let Some(channel) = self.deliveries.get_mut().channel.take() else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let channel = self.channel.clone();
             runtime.spawn(async move {
                 let _ = channel
                     .close(200, ShortString::from("subscription dropped"))
