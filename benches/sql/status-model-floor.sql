@@ -16,6 +16,10 @@
 --   queue    "fixed" plus a side table of the unpublished events (id, aggregate, sequence,
 --            lease), which a claim would read instead of a status index: the claim updates
 --            its row, the mark deletes it
+--   seed, locked / lean, locked
+--            the seed's and the lean profile's tables with one write per event: the batch is
+--            locked (SELECT ... FOR UPDATE) instead of leased, and marked published in the
+--            same transaction, so no row ever shows "in progress"
 -- Each line prints events/s and WAL bytes per event; the query after them counts the HOT
 -- updates. Then the producer's side: 20,000 one-event transactions into the lean profile, and
 -- into "queue" with its side-table row, committed one by one without waiting for the disk (the
@@ -146,13 +150,38 @@ BEGIN
         round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), wal) / (batches * size));
 END $$;
 
-CREATE PROCEDURE round_of(t text) LANGUAGE plpgsql AS $$
+CREATE PROCEDURE relay_locked(t text, batches int, size int) LANGUAGE plpgsql AS $$
+DECLARE
+    lo bigint := 1;
+    started timestamptz := clock_timestamp();
+    wal pg_lsn := pg_current_wal_insert_lsn();
+BEGIN
+    FOR i IN 1..batches LOOP
+        EXECUTE format('SELECT count(*) FROM (SELECT id FROM %I WHERE id BETWEEN $1 AND $2
+            FOR UPDATE) locked', t) USING lo, lo + size - 1;
+        EXECUTE format('UPDATE %I SET publish_status = 2, published_time = now(),
+            last_publish_time = now(), version = version + 1, update_time = now()
+            WHERE id BETWEEN $1 AND $2', t)
+            USING lo, lo + size - 1;
+        COMMIT;
+        lo := lo + size;
+    END LOOP;
+    RAISE NOTICE '%: % events/s, % WAL bytes per event', rpad(t, 8) || ', one write',
+        round(batches * size / extract(epoch FROM clock_timestamp() - started)),
+        round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), wal) / (batches * size));
+END $$;
+
+CREATE PROCEDURE round_of(t text, locked boolean DEFAULT false) LANGUAGE plpgsql AS $$
 BEGIN
     CALL fill(t, 100000);
     COMMIT;
     EXECUTE format('ANALYZE %I', t);
     CHECKPOINT;
-    CALL relay(t, 200, 500);
+    IF locked THEN
+        CALL relay_locked(t, 200, 500);
+    ELSE
+        CALL relay(t, 200, 500);
+    END IF;
 END $$;
 
 -- Two rounds, the variants interleaved (VACUUM cannot run inside a procedure: the tables are
@@ -166,6 +195,8 @@ BEGIN
         CALL round_of('fixed100');
         CALL round_of('lookups');
         CALL round_of('queue');
+        CALL round_of('seed', true);
+        CALL round_of('lean', true);
     END LOOP;
 END $$;
 
