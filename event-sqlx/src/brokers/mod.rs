@@ -63,15 +63,6 @@ impl ConsumeReport {
             crate::consumer::Processed::Early { .. } => self.early += 1,
         }
     }
-
-    #[allow(dead_code)] // used by whichever broker features are on
-    pub(crate) fn merge(&mut self, other: ConsumeReport) {
-        self.applied += other.applied;
-        self.duplicates += other.duplicates;
-        self.ignored += other.ignored;
-        self.quarantined += other.quarantined;
-        self.early += other.early;
-    }
 }
 #[cfg(feature = "rabbitmq")]
 pub use rabbitmq::{RabbitMqPublisher, RabbitMqSubscription};

@@ -139,13 +139,18 @@ impl RabbitMqSubscription {
         if channel.status().connected() {
             Error::stopped(consumer, "RabbitMQ failed", e)
         } else {
-            Error::broker(
-                "RabbitMQ",
-                &self.publisher.address,
-                format!("lost the channel of {}", self.queue),
-                e,
-            )
+            self.lost(e)
         }
+    }
+
+    /// The transient error of a lost channel: the next drain opens it again.
+    fn lost(&self, source: impl Into<BoxError>) -> Error {
+        Error::broker(
+            "RabbitMQ",
+            &self.publisher.address,
+            format!("lost the channel of {}", self.queue),
+            source,
+        )
     }
 
     /// Applies up to `size` messages in one database transaction (see
@@ -254,12 +259,7 @@ impl RabbitMqSubscription {
                     continue;
                 }
                 Ok(None) if !channel.status().connected() => {
-                    return Err(Error::broker(
-                        "RabbitMQ",
-                        &self.publisher.address,
-                        format!("lost the channel of {}", self.queue),
-                        "the connection closed",
-                    ));
+                    return Err(self.lost("the connection closed"));
                 }
                 Ok(None) => {
                     intake.consumer = None;
