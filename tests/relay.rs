@@ -981,6 +981,15 @@ async fn postgres_running_relay_takes_statistics_again_as_the_table_fills() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let counted = tuples().await;
+    // Stopped only once every event is out: a relay stopped earlier gives its next batch back.
+    let mut published = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while published < orders {
+        match tokio::time::timeout_at(deadline, received.recv()).await {
+            Ok(Some(_)) => published += 1,
+            _ => break,
+        }
+    }
     let _ = stop.send(());
     let report = running.await.unwrap();
     assert_eq!(report.published, orders + 1, "{report:?}");
@@ -989,7 +998,6 @@ async fn postgres_running_relay_takes_statistics_again_as_the_table_fills() {
         "a relay that published {orders} events into an empty table left its statistics at \
          {counted} rows"
     );
-    let mut published = 0;
     while received.try_recv().is_ok() {
         published += 1;
     }
