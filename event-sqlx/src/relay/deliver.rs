@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
 use tokio::time::Instant;
 
 use crate::clock::after;
@@ -12,7 +13,7 @@ use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Claim, Failure};
-use crate::sql::{retry_rolled_back, retry_transient};
+use crate::sql::{Reused, retry_rolled_back, retry_transient};
 
 use super::{BatchReport, Relay};
 
@@ -45,21 +46,32 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             (next, delivered, true)
         } else {
             let started = tokio::time::Instant::now();
-            let delivered = self.deliver(batch).await;
+            let (delivered, mut conn) = self.deliver_keeping(batch).await;
             let linger = self.config.linger.saturating_sub(started.elapsed());
             if !linger.is_zero() {
+                // Not held while lingering: the pool may be small.
+                conn = None;
                 let mut stopping = self.stopping.subscribe();
                 tokio::select! {
                     () = tokio::time::sleep(linger) => {}
                     _ = stopping.wait_for(|stopping| *stopping) => {}
                 }
             }
-            (self.claim().await, delivered, false)
+            (self.claim_on(conn).await, delivered, false)
         }
     }
 
     /// Leases up to a batch of due events to this relay, in one short transaction.
     pub(super) async fn claim(&self) -> Result<Vec<OutboxRecord>, Error> {
+        self.claim_on(None).await
+    }
+
+    /// [`Self::claim`] on `conn` when given (the connection the last batch's marks used), else
+    /// on a fresh one.
+    pub(super) async fn claim_on(
+        &self,
+        conn: Option<PoolConnection<DB>>,
+    ) -> Result<Vec<OutboxRecord>, Error> {
         let claimed_at = self.outbox.now();
         let claim = Claim {
             relay_id: &self.config.instance_id,
@@ -70,13 +82,37 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             synchronous_commit: self.config.synchronous_commit,
         };
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
-        retry_rolled_back(|| sql::claim::<DB>(pool, table, &claim))
-            .await
-            .map_err(|e| self.outbox.db_error(e))
+        let conn = Reused::new(conn);
+        retry_rolled_back(|| async {
+            let mut conn = conn.take(pool).await?;
+            sql::claim::<DB>(&mut conn, table, &claim).await
+        })
+        .await
+        .map_err(|e| self.outbox.db_error(e))
     }
 
     /// Publishes a claimed batch and records each event's outcome, guarded by this relay's lease.
     pub(super) async fn deliver(&self, records: Vec<OutboxRecord>) -> Result<BatchReport, Error> {
+        self.deliver_keeping(records).await.0
+    }
+
+    /// [`Self::deliver`], returning also the connection its last write used, for the claim that
+    /// follows.
+    pub(super) async fn deliver_keeping(
+        &self,
+        records: Vec<OutboxRecord>,
+    ) -> (Result<BatchReport, Error>, Option<PoolConnection<DB>>) {
+        let conn = Reused::new(None);
+        let delivered = self.deliver_on(records, &conn).await;
+        (delivered, conn.into_inner())
+    }
+
+    /// [`Self::deliver`], its writes one after another on `conn`.
+    async fn deliver_on(
+        &self,
+        records: Vec<OutboxRecord>,
+        conn: &Reused<DB>,
+    ) -> Result<BatchReport, Error> {
         let table = &self.outbox.config().table;
         let mut report = BatchReport {
             claimed: records.len(),
@@ -187,9 +223,9 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             let reason = reason.chars().take(1000).collect::<String>();
             retry_transient(
                 || async {
-                    let mut conn = pool.acquire().await?;
-                    sql::release::<DB>(
-                        &mut conn,
+                    let mut kept = conn.take(pool).await?;
+                    let released = sql::release::<DB>(
+                        &mut kept,
                         table,
                         relay_id,
                         &deferred_ids,
@@ -197,7 +233,9 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                         finished,
                         sync,
                     )
-                    .await
+                    .await?;
+                    conn.keep(kept);
+                    Ok(released)
                 },
                 deadline,
             )
@@ -205,37 +243,54 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             .map_err(|e| self.outbox.db_error(e))?;
         }
         let mark_runs = std::sync::atomic::AtomicUsize::new(0);
-        let marked = retry_transient(
-            || async {
-                mark_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut conn = pool.acquire().await?;
-                sql::mark_published::<DB>(&mut conn, table, relay_id, &published, finished, sync)
-                    .await
-            },
-            deadline,
-        )
-        .await
-        .map_err(|e| self.outbox.db_error(e))?;
-        retry_transient(
-            || async {
-                let mut conn = pool.acquire().await?;
-                sql::mark_failed::<DB>(&mut conn, table, relay_id, &failures, finished).await
-            },
-            deadline,
-        )
-        .await
-        .map_err(|e| self.outbox.db_error(e))?;
+        // Nothing to write takes no connection.
+        let marked = if published.is_empty() {
+            0
+        } else {
+            retry_transient(
+                || async {
+                    mark_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let mut kept = conn.take(pool).await?;
+                    let marked = sql::mark_published::<DB>(
+                        &mut kept, table, relay_id, &published, finished, sync,
+                    )
+                    .await?;
+                    conn.keep(kept);
+                    Ok(marked)
+                },
+                deadline,
+            )
+            .await
+            .map_err(|e| self.outbox.db_error(e))?
+        };
+        if !failures.is_empty() {
+            retry_transient(
+                || async {
+                    let mut kept = conn.take(pool).await?;
+                    let failed =
+                        sql::mark_failed::<DB>(&mut kept, table, relay_id, &failures, finished)
+                            .await?;
+                    conn.keep(kept);
+                    Ok(failed)
+                },
+                deadline,
+            )
+            .await
+            .map_err(|e| self.outbox.db_error(e))?;
+        }
         if !exhausted.is_empty() {
             let cancelled = retry_rolled_back(|| async {
-                let mut conn = pool.acquire().await?;
-                sql::cancel_exhausted::<DB>(
-                    &mut conn,
+                let mut kept = conn.take(pool).await?;
+                let cancelled = sql::cancel_exhausted::<DB>(
+                    &mut kept,
                     table,
                     &exhausted,
                     "exceeded the maximum retry count; cancelled automatically",
                     finished,
                 )
-                .await
+                .await?;
+                conn.keep(kept);
+                Ok(cancelled)
             })
             .await
             .map_err(|e| self.outbox.db_error(e))?;
@@ -247,8 +302,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let marked = if retried && (marked as usize) < published.len() {
             retry_transient(
                 || async {
-                    let mut conn = pool.acquire().await?;
-                    sql::count_published_at::<DB>(&mut conn, table, &published, finished).await
+                    let mut kept = conn.take(pool).await?;
+                    let counted =
+                        sql::count_published_at::<DB>(&mut kept, table, &published, finished)
+                            .await?;
+                    conn.keep(kept);
+                    Ok(counted)
                 },
                 deadline,
             )

@@ -37,6 +37,55 @@ pub(crate) fn codes(statuses: &[EventStatus]) -> String {
     format!("({})", codes.join(", "))
 }
 
+/// A pooled connection handed from one statement to the next. Taking a connection from the
+/// pool and giving it back cost a round trip each (sqlx checks it both ways), more than a short
+/// statement; statements that follow one another use the connection the last one left.
+///
+/// A connection is kept only after its statement succeeded: one whose statement failed, or was
+/// cancelled, goes back to the pool, which checks it, and the next statement takes a fresh one.
+#[derive(Debug)]
+pub(crate) struct Reused<DB: sqlx::Database>(
+    std::sync::Mutex<Option<sqlx::pool::PoolConnection<DB>>>,
+);
+
+impl<DB: sqlx::Database> Reused<DB> {
+    /// Starting with `conn`, if any.
+    pub(crate) fn new(conn: Option<sqlx::pool::PoolConnection<DB>>) -> Self {
+        Reused(std::sync::Mutex::new(conn))
+    }
+
+    /// The kept connection, or a fresh one from `pool`.
+    pub(crate) async fn take(
+        &self,
+        pool: &sqlx::Pool<DB>,
+    ) -> Result<sqlx::pool::PoolConnection<DB>, sqlx::Error> {
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match kept {
+            Some(conn) => Ok(conn),
+            None => pool.acquire().await,
+        }
+    }
+
+    /// Keeps `conn` for the next statement (one already kept goes back to the pool).
+    pub(crate) fn keep(&self, conn: sqlx::pool::PoolConnection<DB>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn);
+    }
+
+    /// The kept connection, if any.
+    pub(crate) fn into_inner(self) -> Option<sqlx::pool::PoolConnection<DB>> {
+        self.0
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Runs `delete`, one bounded DELETE of at most `limit` rows, on a fresh connection each time,
 /// until it deletes fewer than `limit`: locks stay short however much there is to delete.
 /// Returns how many rows it deleted in all.

@@ -2,7 +2,7 @@
 //! lease renewal and recovery.
 
 use chrono::{DateTime, Utc};
-use sqlx::Pool;
+use sqlx::pool::PoolConnection;
 
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::{Backend, Columns, Sql};
@@ -144,7 +144,7 @@ pub(crate) async fn work_remains<DB: Backend>(
 /// Leases up to `claim.limit` due events to `claim.relay_id`, in one short transaction, and
 /// returns them by id.
 pub(crate) async fn claim<DB: Backend>(
-    pool: &Pool<DB>,
+    conn: &mut PoolConnection<DB>,
     table: &TableName,
     claim: &Claim<'_>,
 ) -> Result<Vec<OutboxRecord>, sqlx::Error> {
@@ -182,12 +182,11 @@ pub(crate) async fn claim<DB: Backend>(
         q.push(DB::DIALECT.skip_locked()).push(close);
         unflushed(&mut q, claim.synchronous_commit);
         q.push(format!(" RETURNING {COLUMNS}"));
-        let mut conn = pool.acquire().await?;
-        decode_all::<DB>(&q.fetch(&mut conn).await?)?
+        decode_all::<DB>(&q.fetch(conn).await?)?
     } else {
         // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction; the rows are
         // patched in memory, not read again.
-        let mut tx = pool.begin().await?;
+        let mut tx = sqlx::Acquire::begin(conn).await?;
         let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
         candidates(&mut q);
         q.push(DB::DIALECT.skip_locked());
