@@ -1139,6 +1139,70 @@ async fn postgres_relay_writes_wait_for_the_disk_only_when_asked() {
     );
 }
 
+/// The mark of a small batch (a quiet outbox publishes a few events per batch) is planned once
+/// per connection, not at every batch: PostgreSQL plans a prepared statement afresh each time
+/// while the plan for the values given looks cheaper than the plan for any value, and it costs
+/// `id = ANY($1)` by the array's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_marks_of_small_batches_are_planned_once_per_connection() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    // A published history, counted: on a table the server believes tiny every plan is cheap.
+    sqlx::query(
+        "INSERT INTO biz_outbox_event (event_no, aggregate_type, aggregate_id, \
+           aggregate_sequence, event_type, event_version, event_source, publish_channel, topic, \
+           routing_key, event_payload, publish_status, max_retry_count) \
+         SELECT 'history-' || g, 'ORDER', 'history-' || g, 1, 'ORDER_PLACED', 1, 'test', 'mq', \
+           'orders', 'order.placed', '{}', $1, 3 FROM generate_series(1, 20000) g",
+    )
+    .bind(EventStatus::Succeeded.code())
+    .execute(db.pool())
+    .await
+    .unwrap();
+    sqlx::raw_sql("ANALYZE biz_outbox_event")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    // One connection: the relay's statements and the look at their plans share it.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
+    let (publisher, _received) = ChannelPublisher::channel(64);
+    let relay = outbox.relay(publisher, RelayConfig::new("quiet"));
+    let batches = 12;
+    for i in 0..batches {
+        // Batches of one to three events.
+        let events = 1 + i % 3;
+        for k in 0..events {
+            place(&db, &format!("o-quiet-{i}-{k}"), false).await;
+        }
+        let report = relay.run_once().await.unwrap();
+        assert_eq!(report.published, usize::try_from(events).unwrap());
+    }
+    let (generic, custom): (i64, i64) = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1",
+    )
+    .bind(format!(
+        "UPDATE biz_outbox_event SET publish_status = {}%",
+        EventStatus::Succeeded.code()
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    db.cleanup().await;
+    // PostgreSQL tries five plans for the values given before it compares.
+    assert!(
+        custom <= 5 && generic + custom == batches,
+        "the marks of {batches} small batches were planned {custom} times for their values, \
+         {generic} times for any value"
+    );
+}
+
 /// A commit in one process wakes the relay of another at once, through PostgreSQL LISTEN/NOTIFY,
 /// long before its poll interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
