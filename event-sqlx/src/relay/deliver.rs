@@ -83,9 +83,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         };
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
         let conn = Reused::new(conn);
-        retry_rolled_back(|| async {
-            let mut conn = conn.take(pool).await?;
-            sql::claim::<DB>(&mut conn, table, &claim).await
+        retry_rolled_back(|| {
+            conn.run(pool, async |conn| {
+                sql::claim::<DB>(conn, table, &claim).await
+            })
         })
         .await
         .map_err(|e| self.outbox.db_error(e))
@@ -222,20 +223,19 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             );
             let reason = reason.chars().take(1000).collect::<String>();
             retry_transient(
-                || async {
-                    let mut kept = conn.take(pool).await?;
-                    let released = sql::release::<DB>(
-                        &mut kept,
-                        table,
-                        relay_id,
-                        &deferred_ids,
-                        &reason,
-                        finished,
-                        sync,
-                    )
-                    .await?;
-                    conn.keep(kept);
-                    Ok(released)
+                || {
+                    conn.run(pool, async |conn| {
+                        sql::release::<DB>(
+                            conn,
+                            table,
+                            relay_id,
+                            &deferred_ids,
+                            &reason,
+                            finished,
+                            sync,
+                        )
+                        .await
+                    })
                 },
                 deadline,
             )
@@ -248,15 +248,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             0
         } else {
             retry_transient(
-                || async {
+                || {
                     mark_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let mut kept = conn.take(pool).await?;
-                    let marked = sql::mark_published::<DB>(
-                        &mut kept, table, relay_id, &published, finished, sync,
-                    )
-                    .await?;
-                    conn.keep(kept);
-                    Ok(marked)
+                    conn.run(pool, async |conn| {
+                        sql::mark_published::<DB>(conn, table, relay_id, &published, finished, sync)
+                            .await
+                    })
                 },
                 deadline,
             )
@@ -265,13 +262,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         };
         if !failures.is_empty() {
             retry_transient(
-                || async {
-                    let mut kept = conn.take(pool).await?;
-                    let failed =
-                        sql::mark_failed::<DB>(&mut kept, table, relay_id, &failures, finished)
-                            .await?;
-                    conn.keep(kept);
-                    Ok(failed)
+                || {
+                    conn.run(pool, async |conn| {
+                        sql::mark_failed::<DB>(conn, table, relay_id, &failures, finished).await
+                    })
                 },
                 deadline,
             )
@@ -279,18 +273,17 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             .map_err(|e| self.outbox.db_error(e))?;
         }
         if !exhausted.is_empty() {
-            let cancelled = retry_rolled_back(|| async {
-                let mut kept = conn.take(pool).await?;
-                let cancelled = sql::cancel_exhausted::<DB>(
-                    &mut kept,
-                    table,
-                    &exhausted,
-                    "exceeded the maximum retry count; cancelled automatically",
-                    finished,
-                )
-                .await?;
-                conn.keep(kept);
-                Ok(cancelled)
+            let cancelled = retry_rolled_back(|| {
+                conn.run(pool, async |conn| {
+                    sql::cancel_exhausted::<DB>(
+                        conn,
+                        table,
+                        &exhausted,
+                        "exceeded the maximum retry count; cancelled automatically",
+                        finished,
+                    )
+                    .await
+                })
             })
             .await
             .map_err(|e| self.outbox.db_error(e))?;
@@ -301,13 +294,10 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let retried = mark_runs.load(std::sync::atomic::Ordering::Relaxed) > 1;
         let marked = if retried && (marked as usize) < published.len() {
             retry_transient(
-                || async {
-                    let mut kept = conn.take(pool).await?;
-                    let counted =
-                        sql::count_published_at::<DB>(&mut kept, table, &published, finished)
-                            .await?;
-                    conn.keep(kept);
-                    Ok(counted)
+                || {
+                    conn.run(pool, async |conn| {
+                        sql::count_published_at::<DB>(conn, table, &published, finished).await
+                    })
                 },
                 deadline,
             )

@@ -55,7 +55,7 @@ impl<DB: sqlx::Database> Reused<DB> {
     }
 
     /// The kept connection, or a fresh one from `pool`.
-    pub(crate) async fn take(
+    async fn take(
         &self,
         pool: &sqlx::Pool<DB>,
     ) -> Result<sqlx::pool::PoolConnection<DB>, sqlx::Error> {
@@ -71,11 +71,24 @@ impl<DB: sqlx::Database> Reused<DB> {
     }
 
     /// Keeps `conn` for the next statement (one already kept goes back to the pool).
-    pub(crate) fn keep(&self, conn: sqlx::pool::PoolConnection<DB>) {
+    fn keep(&self, conn: sqlx::pool::PoolConnection<DB>) {
         *self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn);
+    }
+
+    /// Runs `statement` on the kept connection, or a fresh one from `pool`, and keeps the
+    /// connection when it succeeded.
+    pub(crate) async fn run<T>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        statement: impl AsyncFnOnce(&mut sqlx::pool::PoolConnection<DB>) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        let mut conn = self.take(pool).await?;
+        let done = statement(&mut conn).await?;
+        self.keep(conn);
+        Ok(done)
     }
 
     /// The kept connection, if any.
