@@ -16,7 +16,7 @@ use event_tests::any_broker::nats;
 use event_tests::any_broker::stream_for;
 use event_tests::db::{TestDb, amqp_url, nats_url, reachable, unique};
 use event_tests::fixtures::{Order, commit_orders, orders_to};
-use event_tests::proxy::{Fault, FaultProxy};
+use event_tests::proxy::{Fault, FaultProxy, socket_of, through};
 use event_tests::wait;
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
@@ -37,35 +37,6 @@ async fn place(outbox: &Outbox<sqlx::Sqlite>, prefix: &str, count: usize) {
         (0..count).map(|i| Order::place(&format!("{prefix}{i}"), 1).unwrap()),
     )
     .await;
-}
-
-/// `host:port` of a broker URL such as `nats://127.0.0.1:4222` or `amqp://u:p@host:5672/%2f`.
-fn socket_of(url: &str) -> SocketAddr {
-    let rest = url.split("://").nth(1).unwrap_or(url);
-    let rest = rest.rsplit('@').next().unwrap_or(rest);
-    let host_port = rest.split('/').next().unwrap_or(rest);
-    use std::net::ToSocketAddrs;
-    host_port
-        .to_socket_addrs()
-        .expect("a broker address")
-        .next()
-        .expect("one address")
-}
-
-/// The same URL pointed at `proxy`.
-fn through(url: &str, proxy: SocketAddr) -> String {
-    let target = socket_of(url);
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (auth, rest) = match rest.rsplit_once('@') {
-        Some((auth, rest)) => (format!("{auth}@"), rest),
-        None => (String::new(), rest),
-    };
-    let path = rest
-        .split_once('/')
-        .map(|(_, p)| format!("/{p}"))
-        .unwrap_or_default();
-    let _ = target;
-    format!("{scheme}://{auth}{proxy}{path}")
 }
 
 /// Every event of orders `{prefix}0..count` is published, none was counted as failed.

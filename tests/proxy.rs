@@ -9,6 +9,34 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// `host:port` of a broker or database URL such as `nats://127.0.0.1:4222`,
+/// `amqp://u:p@host:5672/%2f` or `postgres://user@host:5432/db`, resolved.
+pub fn socket_of(url: &str) -> SocketAddr {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
+    use std::net::ToSocketAddrs;
+    host_port
+        .to_socket_addrs()
+        .expect("a host:port in the URL")
+        .next()
+        .expect("one address")
+}
+
+/// The same URL pointed at `proxy`.
+pub fn through(url: &str, proxy: SocketAddr) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (format!("{auth}@"), rest),
+        None => (String::new(), rest),
+    };
+    let path = rest
+        .find(['/', '?'])
+        .map(|at| rest[at..].to_owned())
+        .unwrap_or_default();
+    format!("{scheme}://{auth}{proxy}{path}")
+}
+
 /// What the proxy does with the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use event_sqlx::{Backend, Outbox, OutboxConfig};
 use sqlx::pool::PoolOptions;
 
@@ -25,6 +25,11 @@ pub(crate) struct DbArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// How long [`open`] keeps trying a database that is not reachable yet (refused, silent,
+    /// starting up): zero, the default, for commands that answer at once; `eventctl relay`
+    /// sets its `--max-wait`.
+    #[arg(skip)]
+    pub(crate) max_wait: Duration,
 }
 
 /// Which backend a URL names.
@@ -64,8 +69,17 @@ pub(crate) fn redact(url: &str) -> String {
 
 /// Opens the outbox at `args.database_url`, with the connect and statement timeouts of `args`:
 /// a server that accepts the connection and never answers gives an error within the connect
-/// timeout, not a hang.
+/// timeout, not a hang. A database that is not reachable yet is tried again for up to
+/// `args.max_wait`, each failure shown on stderr.
 pub(crate) async fn open<DB: Backend>(args: &DbArgs) -> anyhow::Result<Outbox<DB>>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    crate::outage::retry("eventctl", args.max_wait, || open_once(args)).await
+}
+
+/// One attempt of [`open`].
+async fn open_once<DB: Backend>(args: &DbArgs) -> anyhow::Result<Outbox<DB>>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
@@ -84,11 +98,8 @@ where
     };
     let timeout = args.connect_timeout.max(Duration::from_millis(1));
     let timed_out = || {
-        anyhow!(
-            "cannot connect to {}: no answer within {} (--connect-timeout); is it the database's address, and is the database up?",
-            redact(&url),
-            humantime::format_duration(timeout)
-        )
+        anyhow::Error::new(crate::outage::NoAnswer(timeout))
+            .context(format!("cannot connect to {}", redact(&url)))
     };
     // One direct connection first: its error says why (refused, auth, unknown database), where
     // the pool would only report a timeout.

@@ -10,6 +10,7 @@ mod db;
 mod demo;
 mod messages;
 mod ops;
+mod outage;
 mod output;
 mod publish;
 mod quarantine;

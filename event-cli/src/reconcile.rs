@@ -63,6 +63,7 @@ impl ReconcileArgs {
             connect_timeout: self.connect_timeout,
             statement_timeout: self.statement_timeout,
             json: self.json,
+            max_wait: Duration::ZERO,
         }
     }
 

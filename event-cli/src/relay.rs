@@ -70,14 +70,18 @@ pub(crate) struct RelayArgs {
     /// count, if events this relay claimed are still in progress when it stops.
     #[arg(long)]
     until_idle: bool,
-    /// With --until-idle: how long to keep trying through a database that drops connections
-    /// or stops answering, before giving up with exit 2.
+    /// How long to keep trying a database or broker that is not reachable yet at startup
+    /// (refused, silent, starting up), and with --until-idle a database that drops connections
+    /// or stops answering while it drains, before giving up with exit 2; `0` to give up at
+    /// once.
     #[arg(long, default_value = "2m", value_parser = crate::args::duration)]
     max_wait: Duration,
 }
 
 pub(crate) async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
-    let db = args.db.clone();
+    let mut db = args.db.clone();
+    // A relay started with (or before) its database waits for it.
+    db.max_wait = args.max_wait;
     with_outbox!(&db, |outbox| run_relay(outbox, &args).await)
 }
 
@@ -119,7 +123,10 @@ async fn run_relay<DB: Backend>(outbox: Outbox<DB>, args: &RelayArgs) -> anyhow:
         event_sqlx::metrics::describe();
         eprintln!("relay {instance}: serving Prometheus metrics on http://{address}/metrics");
     }
-    let publisher = crate::publish::Target::open(&args.publisher, &args.target).await?;
+    let publisher = crate::outage::retry("eventctl", args.max_wait, || {
+        crate::publish::Target::open(&args.publisher, &args.target)
+    })
+    .await?;
     relay_to(outbox, args, config, publisher, &instance).await
 }
 
@@ -192,24 +199,10 @@ async fn drain_through_outages<DB: Backend, P: event_sqlx::Publisher>(
     instance: &str,
     max_wait: Duration,
 ) -> anyhow::Result<event_sqlx::BatchReport> {
-    let deadline = tokio::time::Instant::now() + max_wait;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        match relay.drain().await {
-            Ok(report) => return Ok(report),
-            Err(e) if e.is_transient() && tokio::time::Instant::now() + pause < deadline => {
-                let e = anyhow::Error::new(e);
-                eprintln!(
-                    "relay {instance}: {e:#}; trying again in {} (--max-wait {})",
-                    humantime::format_duration(pause),
-                    humantime::format_duration(max_wait)
-                );
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    crate::outage::retry(&format!("relay {instance}"), max_wait, || async {
+        Ok(relay.drain().await?)
+    })
+    .await
 }
 
 pub(crate) async fn shutdown_signal() {

@@ -59,7 +59,8 @@ fn a_silent_server_gives_exit_2_within_the_connect_timeout() {
         for command in [
             &["outbox", "status"][..],
             &["migrate"][..],
-            &["relay", "--until-idle"][..],
+            // A relay waits for a database that is not answering yet; not with --max-wait 0.
+            &["relay", "--until-idle", "--max-wait", "0"][..],
         ] {
             let mut args: Vec<&str> = command.to_vec();
             args.extend(["--database-url", &url, "--connect-timeout", "1s"]);
@@ -73,4 +74,29 @@ fn a_silent_server_gives_exit_2_within_the_connect_timeout() {
             assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         }
     }
+}
+
+#[test]
+fn a_relay_tries_a_silent_server_again_until_its_max_wait() {
+    let port = silent_server();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/test");
+    let args = [
+        "relay",
+        "--until-idle",
+        "--database-url",
+        &url,
+        "--connect-timeout",
+        "1s",
+        "--max-wait",
+        "3s",
+    ];
+    let (code, stderr) = run_with_limit(&args, Duration::from_secs(60));
+    assert_eq!(code, 2, "{stderr}");
+    // Tried again after each timeout, then given up, saying why.
+    assert!(
+        stderr.matches("no answer within 1s").count() >= 2
+            && stderr.contains("trying again in")
+            && stderr.contains("gave up after trying for 3s (--max-wait)"),
+        "{stderr}"
+    );
 }

@@ -202,10 +202,19 @@ impl Error {
     /// unreachable. Bad input, a missing table and a refused statement are not transient.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Database { source, .. } => connection_lost(source) || rolled_back(source),
+            Error::Database { source, .. } => Error::is_transient_sqlx(source),
             Error::Broker { .. } | Error::BrokerUnavailable { .. } => true,
             _ => false,
         }
+    }
+
+    /// What [`Error::is_transient`] says of a database error, for a sqlx error in hand (from a
+    /// connection of one's own, say, while a service starts before its database): the
+    /// connection was refused, dropped or timed out, the server is starting up or shutting
+    /// down, or it rolled the statement back. A refused login, an unknown database and a bad
+    /// statement are not transient.
+    pub fn is_transient_sqlx(error: &sqlx::Error) -> bool {
+        connection_lost(error) || rolled_back(error)
     }
 
     /// The consumer `consumer` stops for `reason`, caused by `source`.
