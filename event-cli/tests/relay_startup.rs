@@ -204,3 +204,54 @@ async fn a_refused_login_stops_the_relay_at_once_and_a_database_that_stays_away_
     );
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_refuses_the_login_never_sees_its_password_printed() {
+    let amqp = event_tests::db::amqp_url();
+    let Some(_) = reachable(
+        "RabbitMQ",
+        &amqp,
+        lapin::Connection::connect(&amqp, lapin::ConnectionProperties::default()).await,
+    ) else {
+        return;
+    };
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    // The test broker's address with a password it refuses.
+    let (scheme, rest) = amqp.split_once("://").unwrap();
+    let host_and_path = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let wrong = format!(
+        "{scheme}://guest:not-the-password-{}@{host_and_path}",
+        free_port()
+    );
+    let secret = wrong
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('@')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut relay = Running::start(&[
+        "relay",
+        "--until-idle",
+        "--database-url",
+        &db.url,
+        "--publisher",
+        &wrong,
+        "--max-wait",
+        "1s",
+    ]);
+    assert_eq!(relay.exit_code().await, 2);
+    let stderr = relay.stderr();
+    assert!(
+        stderr.contains("ACCESS_REFUSED") && stderr.contains("guest:***@"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(&secret),
+        "the password was printed: {stderr}"
+    );
+    db.cleanup().await;
+}

@@ -128,7 +128,7 @@ pub enum Error {
     Broker {
         /// `NATS`, `RabbitMQ`, ...
         broker: &'static str,
-        /// The address connected to.
+        /// The address connected to, its password (if any) shown as `***`.
         address: String,
         /// What was being done, e.g. `cannot create stream ORDERS`.
         action: String,
@@ -191,7 +191,7 @@ impl Error {
     ) -> Error {
         Error::Broker {
             broker,
-            address: address.to_owned(),
+            address: redact(address),
             action: action.into(),
             source: source.into(),
         }
@@ -305,6 +305,28 @@ pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
     }
 }
 
+/// `url` with its password, if any, as `***` (`amqp://guest:***@host:5672/%2f`): how a broker's
+/// or database's address appears in errors and logs.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|at| at + 3) else {
+        return url.to_owned();
+    };
+    // The credentials end at the last `@` before the path.
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| scheme_end + at);
+    let Some(at) = url[scheme_end..authority_end]
+        .rfind('@')
+        .map(|at| scheme_end + at)
+    else {
+        return url.to_owned();
+    };
+    match url[scheme_end..at].split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
 /// Whether `error` says a table does not exist: PostgreSQL 42P01, MySQL 42S02, SQLite's
 /// `no such table`.
 fn missing_table(error: &sqlx::Error) -> bool {
@@ -349,4 +371,27 @@ pub struct UnreadableRow {
     pub(crate) id: i64,
     pub(crate) event_no: String,
     pub(crate) problem: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn a_password_in_an_address_is_never_shown() {
+        for (url, shown) in [
+            (
+                "amqp://guest:s3cret@127.0.0.1:5672/%2f",
+                "amqp://guest:***@127.0.0.1:5672/%2f",
+            ),
+            ("nats://app:p%40ss@nats:4222", "nats://app:***@nats:4222"),
+            ("nats://token@nats:4222", "nats://token@nats:4222"),
+            ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
+            // An `@` in the path is not a user's.
+            ("amqp://h:5672/vhost@x", "amqp://h:5672/vhost@x"),
+            ("127.0.0.1:9092", "127.0.0.1:9092"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 }

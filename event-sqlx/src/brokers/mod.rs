@@ -14,6 +14,36 @@ pub use kafka::{KafkaPublisher, KafkaSubscription};
 #[cfg(feature = "nats")]
 pub use nats::{JetStreamSubscription, NatsPublisher};
 
+/// A broker's URL: kept whole to connect with, shown (`Display`, `Debug`, errors, logs) with its
+/// password as `***`.
+#[derive(Clone, PartialEq, Eq)]
+#[allow(dead_code)] // used by whichever broker features are on
+pub(crate) struct Address(String);
+
+#[allow(dead_code)] // used by whichever broker features are on
+impl Address {
+    pub(crate) fn new(url: &str) -> Address {
+        Address(url.to_owned())
+    }
+
+    /// The whole URL, password included: only to connect with.
+    pub(crate) fn url(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::error::redact(&self.0))
+    }
+}
+
+impl std::fmt::Debug for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", crate::error::redact(&self.0))
+    }
+}
+
 /// How soon a subscription tries again a message that arrived before its aggregate's previous
 /// sequence was applied.
 #[allow(dead_code)] // used by whichever broker features are on

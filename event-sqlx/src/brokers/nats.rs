@@ -29,7 +29,7 @@ use crate::wire::{Inbound, WireFormat, percent_decode};
 pub struct NatsPublisher {
     /// Shared by clones; behind an `Arc`, so that a publisher stays small to move.
     jetstream: std::sync::Arc<jetstream::Context>,
-    address: String,
+    address: super::Address,
     per_aggregate: bool,
     ack_timeout: Duration,
     format: WireFormat,
@@ -47,7 +47,7 @@ impl NatsPublisher {
         jetstream.set_timeout(DEFAULT_ACK_TIMEOUT);
         Ok(NatsPublisher {
             jetstream: std::sync::Arc::new(jetstream),
-            address: address.to_owned(),
+            address: crate::brokers::Address::new(address),
             per_aggregate: false,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
             format: WireFormat::Envelope,
@@ -91,7 +91,7 @@ impl NatsPublisher {
             .map_err(|e| {
                 Error::broker(
                     "NATS",
-                    &self.address,
+                    self.address.url(),
                     format!("cannot create stream {name}"),
                     e,
                 )
@@ -288,7 +288,7 @@ impl JetStreamSubscription {
         let fail = |e: BoxError| {
             Error::broker(
                 "NATS",
-                &publisher.address,
+                publisher.address.url(),
                 format!("cannot set up consumer {durable} on {stream}"),
                 e,
             )

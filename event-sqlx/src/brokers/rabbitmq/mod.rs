@@ -44,7 +44,7 @@ pub struct RabbitMqPublisher {
     /// Set when a batch's confirms did not come in time although the connection looked open:
     /// the next publish opens a new connection rather than trust this one.
     suspect: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    address: String,
+    address: crate::brokers::Address,
     confirm_timeout: Duration,
     format: WireFormat,
 }
@@ -79,7 +79,7 @@ impl RabbitMqPublisher {
             })),
             reopening: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             suspect: std::sync::Arc::default(),
-            address: address.to_owned(),
+            address: crate::brokers::Address::new(address),
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
             format: WireFormat::Envelope,
         })
@@ -143,7 +143,9 @@ impl RabbitMqPublisher {
         } else {
             tracing::info!(address = %self.address, "RabbitMQ connection lost; connecting again");
             close_in_background(link.connection);
-            let connection = open_connection(&self.address).await.map_err(unavailable)?;
+            let connection = open_connection(self.address.url())
+                .await
+                .map_err(unavailable)?;
             self.suspect.store(false, SeqCst);
             std::sync::Arc::new(connection)
         };
@@ -164,7 +166,7 @@ impl RabbitMqPublisher {
         let fail = |e: BoxError| {
             Error::broker(
                 "RabbitMQ",
-                &self.address,
+                self.address.url(),
                 format!("cannot declare exchange {name}"),
                 e,
             )

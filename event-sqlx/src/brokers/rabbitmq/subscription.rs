@@ -91,7 +91,7 @@ impl RabbitMqSubscription {
         let fail = |what: &str, e: BoxError| {
             Error::broker(
                 "RabbitMQ",
-                &self.publisher.address,
+                self.publisher.address.url(),
                 format!("{what} {queue}"),
                 e,
             )
@@ -147,7 +147,7 @@ impl RabbitMqSubscription {
     fn lost(&self, source: impl Into<BoxError>) -> Error {
         Error::broker(
             "RabbitMQ",
-            &self.publisher.address,
+            self.publisher.address.url(),
             format!("lost the channel of {}", self.queue),
             source,
         )
