@@ -83,6 +83,13 @@ impl Drop for Running {
     }
 }
 
+/// `url` with `credentials` (`user` or `user:password`) in place of its own.
+fn as_user(url: &str, credentials: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host_and_path = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    format!("{scheme}://{credentials}@{host_and_path}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_started_before_its_database_and_broker_waits_for_them_then_publishes() {
     let Some(db) = TestDb::postgres().await else {
@@ -173,9 +180,7 @@ async fn a_refused_login_stops_the_relay_at_once_and_a_database_that_stays_away_
         return;
     };
     // A role the server does not know: no wait would help, so it is not waited for.
-    let (_, rest) = db.url.split_once("://").unwrap();
-    let host_and_path = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let unknown_role = format!("postgres://no_such_role_{}@{host_and_path}", free_port());
+    let unknown_role = as_user(&db.url, &format!("no_such_role_{}", free_port()));
     let mut relay = Running::start(&["relay", "--until-idle", "--database-url", &unknown_role]);
     assert_eq!(relay.exit_code().await, 2);
     let stderr = relay.stderr();
@@ -219,20 +224,8 @@ async fn a_broker_that_refuses_the_login_never_sees_its_password_printed() {
         return;
     };
     // The test broker's address with a password it refuses.
-    let (scheme, rest) = amqp.split_once("://").unwrap();
-    let host_and_path = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let wrong = format!(
-        "{scheme}://guest:not-the-password-{}@{host_and_path}",
-        free_port()
-    );
-    let secret = wrong
-        .split(':')
-        .nth(2)
-        .unwrap()
-        .split('@')
-        .next()
-        .unwrap()
-        .to_owned();
+    let secret = format!("not-the-password-{}", free_port());
+    let wrong = as_user(&amqp, &format!("guest:{secret}"));
     let mut relay = Running::start(&[
         "relay",
         "--until-idle",
