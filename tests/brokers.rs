@@ -271,9 +271,11 @@ async fn an_unreachable_broker_is_a_clear_error() {
     .await
     .expect("fails fast")
     .unwrap_err();
+    // The address, its password hidden.
     assert!(
         err.to_string()
-            .contains("RabbitMQ at amqp://guest:guest@127.0.0.1:1/%2f: cannot connect"),
+            .contains("RabbitMQ at amqp://guest:***@127.0.0.1:1/%2f: cannot connect"),
         "{err}"
     );
+    assert!(!err.is_refused_login(), "nobody refused a login: {err}");
 }

@@ -23,13 +23,13 @@ impl std::fmt::Display for NoAnswer {
 impl std::error::Error for NoAnswer {}
 
 /// Whether `error` may pass with time: a connection refused, dropped or unanswered, a server
-/// starting up or shutting down, an unreachable broker. A refused login, an unknown database, a
-/// bad option do not.
+/// starting up or shutting down, an unreachable broker. A login the database or broker refused,
+/// an unknown database, a bad option do not.
 pub(crate) fn may_pass(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause
             .downcast_ref::<event_sqlx::Error>()
-            .is_some_and(event_sqlx::Error::is_transient)
+            .is_some_and(|e| e.is_transient() && !e.is_refused_login())
             || cause
                 .downcast_ref::<sqlx::Error>()
                 .is_some_and(event_sqlx::Error::is_transient_sqlx)

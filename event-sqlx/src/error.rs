@@ -208,6 +208,18 @@ impl Error {
         }
     }
 
+    /// Whether a broker refused the login: RabbitMQ's ACCESS_REFUSED or NOT_ALLOWED (the user,
+    /// the password or the virtual host in the URL), NATS's authorization violation. Trying
+    /// again with the same URL does not help, so a process that is starting can stop at once
+    /// (as `eventctl relay` does). [`Error::is_transient`] still says true of it: a running
+    /// relay or subscription that reconnects outlasts credentials being changed.
+    pub fn is_refused_login(&self) -> bool {
+        match self {
+            Error::Broker { source, .. } => crate::brokers::refused_login(source.as_ref()),
+            _ => false,
+        }
+    }
+
     /// What [`Error::is_transient`] says of a database error, for a sqlx error in hand (from a
     /// connection of one's own, say, while a service starts before its database): the
     /// connection was refused, dropped or timed out, the server is starting up or shutting
