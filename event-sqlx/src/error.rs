@@ -215,7 +215,7 @@ impl Error {
     /// relay or subscription that reconnects outlasts credentials being changed.
     pub fn is_refused_login(&self) -> bool {
         match self {
-            Error::Broker { source, .. } => crate::brokers::refused_login(source.as_ref()),
+            Error::Broker { source, .. } => refused_login(source.as_ref()),
             _ => false,
         }
     }
@@ -337,6 +337,33 @@ pub(crate) fn redact(url: &str) -> String {
         Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end], &url[at..]),
         None => url.to_owned(),
     }
+}
+
+/// Whether `error`, a broker client's, says the broker refused the login: RabbitMQ's
+/// ACCESS_REFUSED (user or password) or NOT_ALLOWED (virtual host), NATS's authorization
+/// violation or failed authentication.
+fn refused_login(error: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "rabbitmq")]
+    if let Some(error) = error.downcast_ref::<lapin::Error>()
+        && let lapin::ErrorKind::ProtocolError(amqp) = error.kind()
+    {
+        use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+        return matches!(
+            amqp.kind(),
+            AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED)
+                | AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED)
+        );
+    }
+    #[cfg(feature = "nats")]
+    if let Some(error) = error.downcast_ref::<async_nats::ConnectError>() {
+        use async_nats::ConnectErrorKind;
+        return matches!(
+            error.kind(),
+            ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication
+        );
+    }
+    let _ = error;
+    false
 }
 
 /// Whether `error` says a table does not exist: PostgreSQL 42P01, MySQL 42S02, SQLite's

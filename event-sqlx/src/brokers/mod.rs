@@ -44,33 +44,6 @@ impl std::fmt::Debug for Address {
     }
 }
 
-/// Whether `error`, a broker client's, says the broker refused the login: RabbitMQ's
-/// ACCESS_REFUSED (user or password) or NOT_ALLOWED (virtual host), NATS's authorization
-/// violation or failed authentication.
-pub(crate) fn refused_login(error: &(dyn std::error::Error + 'static)) -> bool {
-    #[cfg(feature = "rabbitmq")]
-    if let Some(error) = error.downcast_ref::<lapin::Error>()
-        && let lapin::ErrorKind::ProtocolError(amqp) = error.kind()
-    {
-        use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
-        return matches!(
-            amqp.kind(),
-            AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED)
-                | AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED)
-        );
-    }
-    #[cfg(feature = "nats")]
-    if let Some(error) = error.downcast_ref::<async_nats::ConnectError>() {
-        use async_nats::ConnectErrorKind;
-        return matches!(
-            error.kind(),
-            ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication
-        );
-    }
-    let _ = error;
-    false
-}
-
 /// How soon a subscription tries again a message that arrived before its aggregate's previous
 /// sequence was applied.
 #[allow(dead_code)] // used by whichever broker features are on
