@@ -382,15 +382,6 @@ fn placed_with_note(id: &str, text: &str) -> UnitOfWork {
     uow
 }
 
-/// A pool of one connection to `db`.
-async fn one_connection(db: &TestDb<sqlx::Postgres>) -> sqlx::PgPool {
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.url)
-        .await
-        .unwrap()
-}
-
 /// The INSERT statements prepared on `pool`'s connection (a pool of one).
 async fn prepared_outbox_inserts(pool: &sqlx::PgPool) -> Vec<String> {
     sqlx::query_scalar(
@@ -407,7 +398,7 @@ async fn postgres_commit_of_one_event_binds_only_its_own_values() {
     let Some(db) = TestDb::postgres().await else {
         return;
     };
-    let pool = one_connection(&db).await;
+    let pool = db.one_connection().await;
     let hostile_topic = r"t'o\pic'); DELETE FROM biz_outbox_event; --";
     let outbox = event_sqlx::Outbox::new(
         pool.clone(),
@@ -520,7 +511,7 @@ async fn postgres_commit_with_the_events_in_one_trip() {
         return;
     };
     // One connection: whatever the commit leaves on it, the next transaction meets.
-    let pool = one_connection(&db).await;
+    let pool = db.one_connection().await;
     let outbox = event_sqlx::Outbox::new(
         pool.clone(),
         OutboxConfig::new().commit_path(CommitPath::OneTrip),

@@ -92,6 +92,16 @@ impl TestDb<Postgres> {
     pub async fn postgres() -> Option<TestDb<Postgres>> {
         TestDb::on_server("PostgreSQL", postgres_url(), true, "").await
     }
+
+    /// A pool of one connection to this database: every statement on the same session, so
+    /// that what the session keeps (prepared statements, their plans) can be read back.
+    pub async fn one_connection(&self) -> sqlx::PgPool {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.url)
+            .await
+            .unwrap()
+    }
 }
 
 impl TestDb<MySql> {

@@ -1066,15 +1066,6 @@ async fn postgres_claim_does_not_depend_on_the_statistics() {
     db.cleanup().await;
 }
 
-/// A pool of one connection to `db`.
-async fn one_connection(db: &TestDb<sqlx::Postgres>) -> sqlx::PgPool {
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.url)
-        .await
-        .unwrap()
-}
-
 /// The durability each relay write on PostgreSQL ran under, as a trigger saw it inside the
 /// write's own transaction: `(status written, synchronous_commit)`, in order; `None` without
 /// a server.
@@ -1097,7 +1088,7 @@ async fn relay_writes_durability(synchronous_commit: Option<bool>) -> Option<Vec
     .unwrap();
     place(&db, "o-durable", false).await;
     // One connection: the relay's writes and the check after them share it.
-    let pool = one_connection(&db).await;
+    let pool = db.one_connection().await;
     let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
     let (publisher, _received) = ChannelPublisher::channel(8);
     let mut config = RelayConfig::new("r");
@@ -1170,7 +1161,7 @@ async fn postgres_marks_of_small_batches_are_planned_once_per_connection() {
         .await
         .unwrap();
     // One connection: the relay's statements and the look at their plans share it.
-    let pool = one_connection(&db).await;
+    let pool = db.one_connection().await;
     let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
     let (publisher, _received) = ChannelPublisher::channel(64);
     let relay = outbox.relay(publisher, RelayConfig::new("quiet"));
