@@ -17,6 +17,7 @@ mod schema;
 mod settle;
 mod sql;
 mod throughput;
+mod wal;
 mod wire;
 
 use std::path::PathBuf;

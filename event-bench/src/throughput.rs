@@ -9,6 +9,9 @@
 //!   event has gone through the whole path, with the median time to each stage (claimed,
 //!   marked published, consumed) from the outbox's and the inbox's timestamps.
 //!
+//! Every run reports its CPU seconds per 1,000 events (`cpu`) and PostgreSQL's write-ahead log
+//! per event (`wal`), and each baseline its own.
+//!
 //! Each run starts with a `CHECKPOINT`, so that the server does not flush an earlier run's
 //! writes during it.
 
@@ -49,6 +52,9 @@ struct Backlog {
     vs_raw_insert: f64,
     /// CPU seconds per 1,000 events moved, by process group (see `cpu`).
     cpu_s_per_1000_events: crate::cpu::PerThousand,
+    /// PostgreSQL's write-ahead log per event moved (see `wal`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wal_per_event: Option<crate::wal::PerEvent>,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,6 +78,9 @@ struct Latency {
     events_per_claim: f64,
     /// CPU seconds per 1,000 events, committing included, by process group (see `cpu`).
     cpu_s_per_1000_events: crate::cpu::PerThousand,
+    /// PostgreSQL's write-ahead log per event, committing included (see `wal`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wal_per_event: Option<crate::wal::PerEvent>,
     /// At saturation: the same producers' transactions without the toolkit (one row of the
     /// order's size into a plain table, one transaction each) on the same database just before,
     /// and the end-to-end rate against it.
@@ -91,6 +100,11 @@ struct Latency {
     raw_transactions_cpu: Option<crate::cpu::PerThousand>,
     #[serde(skip_serializing_if = "Option::is_none")]
     outbox_transactions_cpu: Option<crate::cpu::PerThousand>,
+    /// The write-ahead log per transaction of each of the two baselines above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_transactions_wal: Option<crate::wal::PerEvent>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outbox_transactions_wal: Option<crate::wal::PerEvent>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -439,6 +453,7 @@ async fn drain_backlog(
     let raw_insert = raw_insert(&s.db, events).await?;
     commit_backlog(&s.outbox, events).await?;
     let applied = Arc::new(AtomicUsize::new(0));
+    let wal = crate::wal::Snapshot::take(s.db.pool()).await;
     let cpu = crate::cpu::Snapshot::take();
     let elapsed = if slice {
         let consumer = batch_consumer(s.db.pool(), Arc::clone(&applied), Arc::default());
@@ -448,6 +463,7 @@ async fn drain_backlog(
         run_until_applied(&s, &consumer, &applied, events, async { Ok(()) }).await?
     };
     let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
+    let wal = crate::wal::per_event(wal, crate::wal::Snapshot::take(s.db.pool()).await, events);
     let rate = events as f64 / elapsed.as_secs_f64();
     s.db.cleanup().await;
     Ok(Backlog {
@@ -461,6 +477,7 @@ async fn drain_backlog(
         vs_raw_publish: rate / raw_publish,
         vs_raw_insert: rate / raw_insert,
         cpu_s_per_1000_events: cpu,
+        wal_per_event: wal,
     })
 }
 
@@ -496,13 +513,14 @@ async fn raw_transactions(
     db: &TestDb<Postgres>,
     producers: usize,
     events: usize,
-) -> anyhow::Result<(f64, crate::cpu::PerThousand)> {
+) -> anyhow::Result<Baseline> {
     sqlx::raw_sql(
         "CREATE TABLE raw_order (id BIGSERIAL PRIMARY KEY, order_id TEXT NOT NULL, \
          amount_minor BIGINT NOT NULL, payload JSONB NOT NULL)",
     )
     .execute(db.pool())
     .await?;
+    let wal = crate::wal::Snapshot::take(db.pool()).await;
     let cpu = crate::cpu::Snapshot::take();
     let started = Instant::now();
     let work = (0..producers).map(|p| async move {
@@ -525,10 +543,11 @@ async fn raw_transactions(
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
     let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
+    let wal = crate::wal::per_event(wal, crate::wal::Snapshot::take(db.pool()).await, events);
     sqlx::raw_sql("DROP TABLE raw_order")
         .execute(db.pool())
         .await?;
-    Ok((rate, cpu))
+    Ok(Baseline { rate, cpu, wal })
 }
 
 /// The rate of `producers` producers committing `events` events, one per transaction, through
@@ -537,7 +556,7 @@ async fn outbox_transactions(
     producers: usize,
     events: usize,
     profile: IndexProfile,
-) -> anyhow::Result<(f64, crate::cpu::PerThousand)> {
+) -> anyhow::Result<Baseline> {
     let db = TestDb::postgres()
         .await
         .context("PostgreSQL is unreachable")?;
@@ -551,6 +570,7 @@ async fn outbox_transactions(
     if profile != IndexProfile::Seed {
         outbox.migrate().await?;
     }
+    let wal = crate::wal::Snapshot::take(db.pool()).await;
     let cpu = crate::cpu::Snapshot::take();
     let started = Instant::now();
     let work = (0..producers).map(|p| {
@@ -567,8 +587,16 @@ async fn outbox_transactions(
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
     let cpu = crate::cpu::Snapshot::take().per_thousand_since(&cpu, events);
+    let wal = crate::wal::per_event(wal, crate::wal::Snapshot::take(db.pool()).await, events);
     db.cleanup().await;
-    Ok((rate, cpu))
+    Ok(Baseline { rate, cpu, wal })
+}
+
+/// A baseline's rate of transactions, and its CPU time and write-ahead log per transaction.
+struct Baseline {
+    rate: f64,
+    cpu: crate::cpu::PerThousand,
+    wal: Option<crate::wal::PerEvent>,
 }
 
 /// `producers` producers committing one event per transaction, each paced at `rate /
@@ -609,7 +637,8 @@ async fn latency_run(
             // Polling the handler's counter, with the deadline above.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let _ = measured_from.set((Instant::now(), crate::cpu::Snapshot::take()));
+        let wal = crate::wal::Snapshot::take(outbox.pool()).await;
+        let _ = measured_from.set((Instant::now(), crate::cpu::Snapshot::take(), wal));
         let producing = (0..producers).map(|p| {
             let outbox = outbox.clone();
             async move {
@@ -639,10 +668,23 @@ async fn latency_run(
         run_until_applied(&s, &consumer, &applied, events + 1, produce).await?
     };
     let cpu_now = crate::cpu::Snapshot::take();
-    // The rate and the CPU time count from the end of the warm-up.
-    let (warm_up, cpu) = warmed_up_at.get().map_or_else(
-        || (Duration::ZERO, cpu_now.per_thousand_since(&cpu_now, events)),
-        |(at, cpu)| (*at - run_started, cpu_now.per_thousand_since(cpu, events)),
+    let wal_now = crate::wal::Snapshot::take(s.db.pool()).await;
+    // The rate, the CPU time and the log count from the end of the warm-up.
+    let (warm_up, cpu, wal) = warmed_up_at.get().map_or_else(
+        || {
+            (
+                Duration::ZERO,
+                cpu_now.per_thousand_since(&cpu_now, events),
+                None,
+            )
+        },
+        |(at, cpu, wal)| {
+            (
+                *at - run_started,
+                cpu_now.per_thousand_since(cpu, events),
+                crate::wal::per_event(*wal, wal_now, events),
+            )
+        },
     );
     let elapsed = elapsed.saturating_sub(warm_up);
     let load = match rate {
@@ -680,12 +722,19 @@ async fn latency_run(
         (stages, stages_max),
         cpu,
     )?;
-    figures.raw_transactions_per_s = raw.map(|(rate, _)| rate);
-    figures.vs_raw_transactions = raw.map(|(rate, _)| figures.events_per_s / rate);
-    figures.raw_transactions_cpu = raw.map(|(_, cpu)| cpu);
-    figures.outbox_transactions_per_s = alone.map(|(rate, _)| rate);
-    figures.vs_outbox_transactions = alone.map(|(rate, _)| figures.events_per_s / rate);
-    figures.outbox_transactions_cpu = alone.map(|(_, cpu)| cpu);
+    figures.wal_per_event = wal;
+    if let Some(raw) = raw {
+        figures.raw_transactions_per_s = Some(raw.rate);
+        figures.vs_raw_transactions = Some(figures.events_per_s / raw.rate);
+        figures.raw_transactions_cpu = Some(raw.cpu);
+        figures.raw_transactions_wal = raw.wal;
+    }
+    if let Some(alone) = alone {
+        figures.outbox_transactions_per_s = Some(alone.rate);
+        figures.vs_outbox_transactions = Some(figures.events_per_s / alone.rate);
+        figures.outbox_transactions_cpu = Some(alone.cpu);
+        figures.outbox_transactions_wal = alone.wal;
+    }
     s.db.cleanup().await;
     Ok(figures)
 }
@@ -744,6 +793,9 @@ fn latency_figures(
         vs_outbox_transactions: None,
         raw_transactions_cpu: None,
         outbox_transactions_cpu: None,
+        wal_per_event: None,
+        raw_transactions_wal: None,
+        outbox_transactions_wal: None,
     })
 }
 
