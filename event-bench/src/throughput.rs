@@ -670,22 +670,13 @@ async fn latency_run(
     let cpu_now = crate::cpu::Snapshot::take();
     let wal_now = crate::wal::Snapshot::take(s.db.pool()).await;
     // The rate, the CPU time and the log count from the end of the warm-up.
-    let (warm_up, cpu, wal) = warmed_up_at.get().map_or_else(
-        || {
-            (
-                Duration::ZERO,
-                cpu_now.per_thousand_since(&cpu_now, events),
-                None,
-            )
-        },
-        |(at, cpu, wal)| {
-            (
-                *at - run_started,
-                cpu_now.per_thousand_since(cpu, events),
-                crate::wal::per_event(*wal, wal_now, events),
-            )
-        },
+    let (warm_up, cpu) = warmed_up_at.get().map_or_else(
+        || (Duration::ZERO, cpu_now.per_thousand_since(&cpu_now, events)),
+        |(at, cpu, _)| (*at - run_started, cpu_now.per_thousand_since(cpu, events)),
     );
+    let wal = warmed_up_at
+        .get()
+        .and_then(|(_, _, wal)| crate::wal::per_event(*wal, wal_now, events));
     let elapsed = elapsed.saturating_sub(warm_up);
     let load = match rate {
         Some(rate) => format!("{rate} events/s, {producers} producers"),

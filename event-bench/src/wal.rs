@@ -1,5 +1,6 @@
-//! PostgreSQL's write-ahead log during a run, from the server's `pg_stat_wal` (PostgreSQL 14 and
-//! later): bytes and flushes per event. Every row, index entry and commit an event causes (the
+//! PostgreSQL's write-ahead log during a run: bytes per event, from the log's insert position,
+//! and flushes and full-page images per 1,000 events, from the server's `pg_stat_wal`
+//! (PostgreSQL 14 and later). Every row, index entry and commit an event causes (the
 //! producer's INSERT, the relay's claim and mark, the consumer's inbox row and effect) is written
 //! to the log first, and every commit that waits for the disk waits for a flush of it, so the
 //! log's bytes per event count the writes per event more steadily than any rate on a shared
