@@ -880,6 +880,49 @@ async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
     db.cleanup().await;
 }
 
+/// Without the status index, the per-aggregate check of a candidate walks `uk_aggregate_sequence`
+/// up to the candidate: an aggregate's first pending event is claimed without reading any of
+/// the events after it. (Left to choose, MariaDB walks `idx_aggregate`, every event of the
+/// aggregate, for each candidate that passes the check.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_claim_reads_none_of_an_aggregates_later_events() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    place(&db, "o-template", false).await;
+    // The long order's first event is pending; 20,000 after it failed and are due tomorrow.
+    copy_template(&db, 1, ("'o-long'", "1"), EventStatus::Pending, None).await;
+    let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+    let later = ("'o-long'", "n + 2");
+    copy_template(&db, 20_000, later, EventStatus::Failed, Some(tomorrow)).await;
+    sqlx::query("ANALYZE TABLE biz_outbox_event")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (claimed, read) = mysql_drain_reads(&db).await;
+    assert_eq!(
+        claimed, 2,
+        "the template's event and the long order's first"
+    );
+    assert!(
+        read < 1_000,
+        "the drain read {read} index entries: the check walked the long order's later events"
+    );
+    let first: i16 = sqlx::query_scalar(
+        "SELECT publish_status FROM biz_outbox_event WHERE aggregate_id = 'o-long' \
+         AND aggregate_sequence = 1",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        first,
+        EventStatus::Succeeded.code(),
+        "the first event published"
+    );
+    db.cleanup().await;
+}
+
 /// A relay takes the statistics of an outbox table that never had any (just filled, before
 /// autovacuum): without them PostgreSQL may plan the claim through every row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! The outbox: events written in the business transaction, and the seed's queries over them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
@@ -37,9 +37,9 @@ pub struct Outbox<DB: Backend> {
     /// What [`CommitPath::Auto`] timed and chose, and the one-row statements in use, shared
     /// with clones.
     commit_state: Arc<CommitState>,
-    /// MySQL: whether the table has an index for claims to probe each unpublished status on
-    /// (see [`Outbox::detect_status_index`]), as relays last found.
-    status_index: Arc<AtomicBool>,
+    /// How ordered claims check each aggregate's order on the table's indexes
+    /// ([`sql::AggregateOrder::code`], see [`Outbox::detect_order_index`]), as relays last found.
+    ordered_claim: Arc<AtomicU8>,
 }
 
 impl<DB: Backend> Clone for Outbox<DB> {
@@ -49,7 +49,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
             config: Arc::clone(&self.config),
             wakeup: Arc::clone(&self.wakeup),
             commit_state: Arc::clone(&self.commit_state),
-            status_index: Arc::clone(&self.status_index),
+            ordered_claim: Arc::clone(&self.ordered_claim),
         }
     }
 }
@@ -71,7 +71,7 @@ impl<DB: Backend> Outbox<DB> {
             config: Arc::new(config),
             wakeup: Arc::new(Notify::new()),
             commit_state: Arc::default(),
-            status_index: Arc::default(),
+            ordered_claim: Arc::new(AtomicU8::new(sql::AggregateOrder::OneProbe.code())),
         }
     }
 
@@ -201,32 +201,33 @@ impl<DB: Backend> Outbox<DB> {
         Ok(true)
     }
 
-    /// MySQL and MariaDB: looks for an index on the outbox table that leads with
-    /// `(aggregate_type, aggregate_id, publish_status)`, and when there is one, claims check
-    /// each aggregate's order with one probe per unpublished status on it. Without it, the
-    /// check walks the aggregate's earlier events, published ones included, so a claim slows in
-    /// proportion to the longest history among the aggregates it considers. One catalog query;
-    /// nothing on PostgreSQL and SQLite, whose partial index answers from the unpublished
-    /// events alone. Relays call it when they start. Returns whether the index is there.
-    pub(crate) async fn detect_status_index(&self) -> Result<bool, Error> {
+    /// MySQL and MariaDB: looks at the outbox table's indexes for the cheapest way for claims
+    /// to check each aggregate's order, and returns it. With an index that leads with
+    /// `(aggregate_type, aggregate_id, publish_status)`, one probe per unpublished status on it;
+    /// otherwise the check walks the aggregate's earlier events, published ones included
+    /// (through `uk_aggregate_sequence` when the table has it as the migrations create it), so
+    /// a claim slows in proportion to the longest history among the aggregates it considers.
+    /// One catalog query; nothing on PostgreSQL and SQLite, whose partial index answers from
+    /// the unpublished events alone. Relays call it when they start.
+    pub(crate) async fn detect_order_index(&self) -> Result<sql::AggregateOrder, Error> {
         if DB::DIALECT.has_partial_indexes() {
-            return Ok(false);
+            return Ok(sql::AggregateOrder::OneProbe);
         }
         let mut conn = self.conn().await?;
-        let found = sql::has_status_index::<DB>(&mut conn, &self.config.table)
+        let order = sql::ordered_claim::<DB>(&mut conn, &self.config.table)
             .await
             .map_err(|e| self.db_error(e))?;
-        self.status_index.store(found, Ordering::Relaxed);
-        Ok(found)
+        self.ordered_claim.store(order.code(), Ordering::Relaxed);
+        Ok(order)
     }
 
     /// How a claim checks each aggregate's order: not at all unless `ordered`, otherwise as
-    /// the table's indexes allow (see [`Outbox::detect_status_index`]).
+    /// the table's indexes allow (see [`Outbox::detect_order_index`]).
     pub(crate) fn aggregate_order(&self, ordered: bool) -> sql::AggregateOrder {
-        match (ordered, self.status_index.load(Ordering::Relaxed)) {
-            (false, _) => sql::AggregateOrder::Unordered,
-            (true, false) => sql::AggregateOrder::OneProbe,
-            (true, true) => sql::AggregateOrder::ProbePerStatus,
+        if ordered {
+            sql::AggregateOrder::from_code(self.ordered_claim.load(Ordering::Relaxed))
+        } else {
+            sql::AggregateOrder::Unordered
         }
     }
 

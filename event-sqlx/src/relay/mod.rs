@@ -156,11 +156,11 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     }
 
     /// What a relay does when it starts: [`Self::prepare`], and on MySQL a look for the index
-    /// that bounds the per-aggregate check ([`Outbox::detect_status_index`]).
+    /// that bounds the per-aggregate check ([`Outbox::detect_order_index`]).
     async fn start(&self) {
         self.prepare().await;
-        match self.outbox.detect_status_index().await {
-            Ok(true) if self.config.ordered => {
+        match self.outbox.detect_order_index().await {
+            Ok(sql::AggregateOrder::ProbePerStatus) if self.config.ordered => {
                 tracing::debug!(relay = %self.config.instance_id, "the outbox table has an index leading with (aggregate_type, aggregate_id, publish_status): claims probe each unpublished status on it");
             }
             Ok(_) => {}

@@ -315,16 +315,21 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     Ok(!q.fetch(conn).await?.is_empty())
 }
 
-/// MySQL: whether an index on `table` leads with `(aggregate_type, aggregate_id,
-/// publish_status)`, the three columns a claim's per-status probe looks up by (see
-/// [`AggregateOrder::ProbePerStatus`]). Read from `information_schema`, in the table's schema
+/// MySQL: how a claim can check each aggregate's order on `table`'s indexes.
+/// [`AggregateOrder::ProbePerStatus`] when an index leads with `(aggregate_type, aggregate_id,
+/// publish_status)`, the three columns a per-status probe looks up by;
+/// [`AggregateOrder::EarlierOnSequenceKey`] when `uk_aggregate_sequence` is there as the
+/// migrations create it, on `(aggregate_type, aggregate_id, aggregate_sequence)`;
+/// [`AggregateOrder::OneProbe`] otherwise. Read from `information_schema`, in the table's schema
 /// or the connection's database.
-pub(crate) async fn has_status_index<DB: Backend>(
+pub(crate) async fn ordered_claim<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
-) -> Result<bool, sqlx::Error> {
+) -> Result<AggregateOrder, sqlx::Error> {
     let mut q = Sql::<DB>::new(
-        "SELECT index_name AS name FROM information_schema.statistics WHERE table_schema = ",
+        "SELECT index_name AS name, \
+         CAST(SUM(seq_in_index = 3 AND column_name = 'publish_status') AS SIGNED) AS by_status \
+         FROM information_schema.statistics WHERE table_schema = ",
     );
     match table.as_str().split_once('.') {
         Some((schema, name)) => q.bind(schema).push(" AND table_name = ").bind(name),
@@ -334,9 +339,19 @@ pub(crate) async fn has_status_index<DB: Backend>(
         " GROUP BY index_name \
          HAVING SUM(seq_in_index = 1 AND column_name = 'aggregate_type') = 1 \
          AND SUM(seq_in_index = 2 AND column_name = 'aggregate_id') = 1 \
-         AND SUM(seq_in_index = 3 AND column_name = 'publish_status') = 1",
-    );
-    Ok(!q.fetch(conn).await?.is_empty())
+         AND (SUM(seq_in_index = 3 AND column_name = 'publish_status') = 1 \
+         OR (index_name = ",
+    )
+    .bind(SEQUENCE_KEY)
+    .push(" AND SUM(seq_in_index = 3 AND column_name = 'aggregate_sequence') = 1))");
+    let mut order = AggregateOrder::OneProbe;
+    for row in q.fetch(conn).await? {
+        if Columns::<DB>(&row).i64("by_status")? > 0 {
+            return Ok(AggregateOrder::ProbePerStatus);
+        }
+        order = AggregateOrder::EarlierOnSequenceKey;
+    }
+    Ok(order)
 }
 
 /// The rows the health of the outbox is read from: pending, failed and expired-lease counts, each

@@ -29,13 +29,43 @@ pub(crate) enum AggregateOrder {
     Unordered,
     /// One probe per candidate for an earlier event in any unpublished status: on PostgreSQL
     /// and SQLite an index-only probe of the partial index `outbox_idx_unpublished_aggregate`;
-    /// on MySQL, which has no partial index, a walk of the aggregate's earlier events through
-    /// `uk_aggregate_sequence`, reading each row's status.
+    /// on MySQL, which has no partial index, a walk of the aggregate's events through an index
+    /// the optimizer picks, reading each row's status.
     OneProbe,
+    /// MySQL with the migrations' `uk_aggregate_sequence` (see `Outbox::detect_order_index`):
+    /// the probe walks that key from the aggregate's first event up to the candidate, so it
+    /// reads the candidate's earlier events and no others. Left to choose, MariaDB takes
+    /// `idx_aggregate (aggregate_type, aggregate_id)` as readily, which reads every event of the
+    /// aggregate, later ones included: about twice the rows for a candidate in the middle of
+    /// its aggregate's history.
+    EarlierOnSequenceKey,
     /// MySQL with an index that leads with `(aggregate_type, aggregate_id, publish_status)`
-    /// (see `Outbox::detect_status_index`): one probe per unpublished status, each reading only
+    /// (see `Outbox::detect_order_index`): one probe per unpublished status, each reading only
     /// the aggregate's events in that status, however long its published history.
     ProbePerStatus,
+}
+
+impl AggregateOrder {
+    /// The order as a small number, for an atomic.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            AggregateOrder::Unordered => 0,
+            AggregateOrder::OneProbe => 1,
+            AggregateOrder::EarlierOnSequenceKey => 2,
+            AggregateOrder::ProbePerStatus => 3,
+        }
+    }
+
+    /// The order [`AggregateOrder::code`] gave `code`; [`AggregateOrder::OneProbe`] for any
+    /// other number.
+    pub(crate) fn from_code(code: u8) -> AggregateOrder {
+        match code {
+            0 => AggregateOrder::Unordered,
+            2 => AggregateOrder::EarlierOnSequenceKey,
+            3 => AggregateOrder::ProbePerStatus,
+            _ => AggregateOrder::OneProbe,
+        }
+    }
 }
 
 /// Per-aggregate order as `order` keeps it: nothing when unordered, otherwise that no earlier
@@ -47,9 +77,9 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
     table: &TableName,
     order: AggregateOrder,
 ) -> String {
-    let probe = |status: String| {
+    let probe = |index: &str, status: String| {
         format!(
-            " AND NOT EXISTS (SELECT 1 FROM {table} p \
+            " AND NOT EXISTS (SELECT 1 FROM {table} p{index} \
              WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
              AND p.publish_status {status} AND p.deleted = 0 \
              AND p.aggregate_sequence < o.aggregate_sequence{})",
@@ -57,12 +87,17 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
         )
     };
     let unpublished = [Pending, InProgress, Failed];
+    let any_unpublished = || format!("IN {}", codes(&unpublished));
     match order {
         AggregateOrder::Unordered => String::new(),
-        AggregateOrder::OneProbe => probe(format!("IN {}", codes(&unpublished))),
+        AggregateOrder::OneProbe => probe("", any_unpublished()),
+        AggregateOrder::EarlierOnSequenceKey => probe(
+            &format!(" FORCE INDEX ({})", super::SEQUENCE_KEY),
+            any_unpublished(),
+        ),
         AggregateOrder::ProbePerStatus => unpublished
             .iter()
-            .map(|status| probe(format!("= {}", status.code())))
+            .map(|status| probe("", format!("= {}", status.code())))
             .collect(),
     }
 }
@@ -422,4 +457,36 @@ pub(crate) async fn recover_expired<DB: Backend>(
         ))
         .bind(now);
     q.execute(conn).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AggregateOrder::{self, *};
+
+    #[test]
+    fn orders_survive_their_codes_and_an_unknown_code_is_the_one_probe() {
+        for order in [Unordered, OneProbe, EarlierOnSequenceKey, ProbePerStatus] {
+            assert_eq!(AggregateOrder::from_code(order.code()), order);
+        }
+        assert_eq!(AggregateOrder::from_code(200), OneProbe);
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn only_the_sequence_key_order_names_an_index() {
+        let table = crate::table::TableName::new("biz_outbox_event").unwrap();
+        let walk = super::no_earlier_unpublished::<sqlx::MySql>(&table, EarlierOnSequenceKey);
+        assert!(
+            walk.contains("p FORCE INDEX (uk_aggregate_sequence) WHERE"),
+            "{walk}"
+        );
+        for order in [OneProbe, ProbePerStatus] {
+            let probe = super::no_earlier_unpublished::<sqlx::MySql>(&table, order);
+            assert!(!probe.contains("FORCE INDEX"), "{probe}");
+        }
+        assert_eq!(
+            super::no_earlier_unpublished::<sqlx::MySql>(&table, Unordered),
+            ""
+        );
+    }
 }
