@@ -73,13 +73,15 @@ impl Truth {
         Ok(())
     }
 
-    /// Ends every other client's connection to the database, as an administrator would.
+    /// Ends every other client's connection to the database, as an administrator would, and
+    /// returns how many it ended.
     pub(crate) async fn terminate_connections(&self) -> anyhow::Result<u64> {
         match self {
             Truth::Postgres(pool) => {
                 let ended: Vec<bool> = sqlx::query_scalar(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE datname = 'campaign' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                     AND backend_type = 'client backend'",
                 )
                 .fetch_all(pool)
                 .await?;
@@ -87,9 +89,10 @@ impl Truth {
             }
             Truth::MariaDb(pool) => {
                 let mut conn = pool.acquire().await?;
-                let ids: Vec<u64> = sqlx::query_scalar(
-                    "SELECT id FROM information_schema.processlist \
-                     WHERE id <> CONNECTION_ID() AND db = 'campaign' AND command <> 'Daemon'",
+                // MariaDB gives the id as a signed BIGINT, MySQL 8 as an unsigned one.
+                let ids: Vec<i64> = sqlx::query_scalar(
+                    "SELECT CAST(id AS SIGNED) FROM information_schema.processlist \
+                     WHERE id <> CONNECTION_ID() AND db = DATABASE() AND command <> 'Daemon'",
                 )
                 .fetch_all(&mut *conn)
                 .await?;
@@ -325,4 +328,44 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
         ));
     }
     Ok(findings)
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::Truth;
+    use crate::pair::Db;
+    use event_tests::db::TestDb;
+
+    /// The fault "terminate every db connection" ends another client's connection on both
+    /// databases the campaign runs (on MariaDB it once failed to read the connection ids, and
+    /// the fault did nothing).
+    #[tokio::test]
+    async fn ending_connections_ends_another_clients_connection_on_either_database() {
+        if let Some(db) = TestDb::postgres().await {
+            let mut victim = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            sqlx::query("SELECT 1").execute(&mut victim).await.unwrap();
+            let truth = Truth::connect(Db::Postgres, &db.url).await.unwrap();
+            let ended = truth.terminate_connections().await.unwrap();
+            assert!(ended >= 1, "PostgreSQL: ended {ended} connections");
+            assert!(
+                sqlx::query("SELECT 1").execute(&mut victim).await.is_err(),
+                "PostgreSQL: the other client's connection still answers"
+            );
+            db.cleanup().await;
+        }
+        if let Some(db) = TestDb::mysql().await {
+            let mut victim = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+            sqlx::query("SELECT 1").execute(&mut victim).await.unwrap();
+            let truth = Truth::connect(Db::MariaDb, &db.url).await.unwrap();
+            let ended = truth.terminate_connections().await.unwrap();
+            assert!(ended >= 1, "MariaDB: ended {ended} connections");
+            assert!(
+                sqlx::query("SELECT 1").execute(&mut victim).await.is_err(),
+                "MariaDB: the other client's connection still answers"
+            );
+            db.cleanup().await;
+        }
+    }
 }

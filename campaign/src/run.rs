@@ -200,15 +200,22 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let world_ref = &world;
     let nemesis = async {
         use futures_util::StreamExt;
-        let mut tally: BTreeMap<&'static str, usize> = BTreeMap::new();
+        // Per kind of fault: how many were played, and how many of those did not take effect.
+        let mut tally: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
         let mut running = futures_util::stream::FuturesUnordered::new();
+        let missed = |tally: &mut BTreeMap<&'static str, (usize, usize)>,
+                      kind: Option<&'static str>| {
+            if let Some(kind) = kind {
+                tally.entry(kind).or_default().1 += 1;
+            }
+        };
         for s in &plan {
             let until = load_start + s.at;
             // The faults in play go on while the next one waits for its time.
             loop {
                 tokio::select! {
                     () = tokio::time::sleep_until(until) => break,
-                    Some(()) = running.next(), if !running.is_empty() => {}
+                    Some(kind) = running.next(), if !running.is_empty() => missed(&mut tally, kind),
                 }
             }
             println!(
@@ -216,10 +223,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 load_start.elapsed().as_secs_f64(),
                 s.fault
             );
-            *tally.entry(s.fault.kind()).or_default() += 1;
+            tally.entry(s.fault.kind()).or_default().0 += 1;
             running.push(apply(world_ref, *s));
         }
-        while running.next().await.is_some() {}
+        while let Some(kind) = running.next().await {
+            missed(&mut tally, kind);
+        }
         tally
     };
     let progress = async {
@@ -312,7 +321,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "longest time the published count stood still during the load: {:.1} s",
         longest_stall.as_secs_f64()
     ));
-    let faults: Vec<String> = tally.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let faults: Vec<String> = tally
+        .iter()
+        .map(|(k, (n, missed))| match missed {
+            0 => format!("{n} {k}"),
+            m => format!("{n} {k} ({m} did not take effect)"),
+        })
+        .collect();
     findings
         .figures
         .push(format!("faults: {}", faults.join(", ")));
@@ -513,20 +528,23 @@ async fn set_up_topology(broker: Broker, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Plays one fault and heals it when its time is up.
-async fn apply(world: &World, scheduled: Scheduled) {
+/// Plays one fault and heals it when its time is up. Returns the fault's kind when it did not
+/// take effect (the database it was to act on was down, say), so that the run reports it.
+async fn apply(world: &World, scheduled: Scheduled) -> Option<&'static str> {
     match scheduled.fault {
         Fault::Kill(role, i) => {
-            if let Some(p) = world.process(role, i) {
-                p.signal("KILL");
-            }
+            let Some(p) = world.process(role, i) else {
+                return Some(scheduled.fault.kind());
+            };
+            p.signal("KILL");
         }
         Fault::Pause(role, i, d) => {
-            if let Some(p) = world.process(role, i) {
-                p.signal("STOP");
-                tokio::time::sleep(d).await;
-                p.signal("CONT");
-            }
+            let Some(p) = world.process(role, i) else {
+                return Some(scheduled.fault.kind());
+            };
+            p.signal("STOP");
+            tokio::time::sleep(d).await;
+            p.signal("CONT");
         }
         Fault::Link(link, mode, d) => {
             let proxy = world.proxy(link);
@@ -538,11 +556,13 @@ async fn apply(world: &World, scheduled: Scheduled) {
             tokio::time::sleep(d).await;
             proxy.set(ProxyFault::Pass);
         }
-        Fault::TerminateConnections => {
-            if let Err(e) = world.truth.terminate_connections().await {
+        Fault::TerminateConnections => match world.truth.terminate_connections().await {
+            Ok(ended) => println!("    ended {ended} connections"),
+            Err(e) => {
                 println!("    (could not terminate connections: {e:#})");
+                return Some(scheduled.fault.kind());
             }
-        }
+        },
         Fault::CrashDb(d) => {
             let mut db = world.db.lock().await;
             db.crash().await;
@@ -561,4 +581,5 @@ async fn apply(world: &World, scheduled: Scheduled) {
         }
     }
     let _ = world.pair;
+    None
 }
