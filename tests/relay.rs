@@ -813,10 +813,11 @@ async fn mysql_drain_reads(db: &TestDb<sqlx::MySql>) -> (usize, u64) {
     (report.claimed, read)
 }
 
-/// MySQL has no partial index: the claim's per-aggregate check walks each candidate's earlier
-/// events through `uk_aggregate_sequence`, however many were published. With an index that leads
-/// with `(aggregate_type, aggregate_id, publish_status)`, a relay finds it and probes each
-/// unpublished status instead: the reads no longer grow with the aggregate's history.
+/// MySQL has no partial index. With the migrations' indexes the claim looks up each
+/// candidate's previous event, so a long published history costs nothing; after a cancelled
+/// previous event it walks the earlier events through `uk_aggregate_sequence`, however many were
+/// published. With an index that leads with `(aggregate_type, aggregate_id, publish_status)`, a
+/// relay finds it and probes each unpublished status instead: no walk at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
     let Some(db) = TestDb::mysql().await else {
@@ -828,14 +829,8 @@ async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
     // the long order's earlier events.
     let long = ("'o-long'", "n + 1");
     copy_template(&db, 20_000, long, EventStatus::Succeeded, None).await;
-    copy_template(
-        &db,
-        1,
-        ("'o-long'", "n + 20001"),
-        EventStatus::Pending,
-        None,
-    )
-    .await;
+    let one = |sequence: &'static str| ("'o-long'", sequence);
+    copy_template(&db, 1, one("20001"), EventStatus::Pending, None).await;
     let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
     let others = ("CONCAT('o-', n)", "1");
     copy_template(&db, 20_000, others, EventStatus::Failed, Some(tomorrow)).await;
@@ -843,41 +838,137 @@ async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
         .execute(db.pool())
         .await
         .unwrap();
-    let (claimed, without_index) = mysql_drain_reads(&db).await;
+    let (claimed, after_published) = mysql_drain_reads(&db).await;
     assert_eq!(claimed, 2, "the template's event and the long order's last");
     assert!(
-        without_index >= 20_000,
-        "the check read {without_index} entries: it was expected to walk the 20,000 published events"
+        after_published < 1_000,
+        "the drain read {after_published} index entries: the previous event, published, was \
+         expected to decide"
+    );
+
+    copy_template(&db, 1, one("20002"), EventStatus::Cancelled, None).await;
+    copy_template(&db, 1, one("20003"), EventStatus::Pending, None).await;
+    let (claimed, after_cancelled) = mysql_drain_reads(&db).await;
+    assert_eq!(claimed, 1, "the event after the cancelled one");
+    assert!(
+        after_cancelled >= 20_000,
+        "the check read {after_cancelled} entries: after a cancelled event it was expected to \
+         walk the 20,001 published events"
     );
 
     sqlx::query(MYSQL_STATUS_INDEX)
         .execute(db.pool())
         .await
         .unwrap();
-    copy_template(
-        &db,
-        1,
-        ("'o-long'", "n + 20002"),
-        EventStatus::Pending,
-        None,
-    )
-    .await;
+    copy_template(&db, 1, one("20004"), EventStatus::Cancelled, None).await;
+    copy_template(&db, 1, one("20005"), EventStatus::Pending, None).await;
     let (claimed, with_index) = mysql_drain_reads(&db).await;
-    assert_eq!(claimed, 1, "the long order's new event");
+    assert_eq!(claimed, 1, "the event after the second cancelled one");
     assert!(
         with_index < 1_000,
         "with the status index the drain read {with_index} index entries; without it, \
-         {without_index}"
+         {after_cancelled}"
     );
-    let pending: i64 = sqlx::query_scalar(
+    let unpublished: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM biz_outbox_event WHERE aggregate_id = 'o-long' \
-         AND publish_status <> 2",
+         AND publish_status NOT IN (2, 4)",
     )
     .fetch_one(db.pool())
     .await
     .unwrap();
-    assert_eq!(pending, 0, "every event of the long order published");
+    assert_eq!(
+        unpublished, 0,
+        "every event of the long order published or cancelled"
+    );
     db.cleanup().await;
+}
+
+/// On MySQL a claim decides each candidate by its previous event when it can: published lets
+/// it go, unpublished holds it back, and past a cancelled, deleted or absent (archived) one the
+/// earlier events decide. The same events go out with and without the status index.
+async fn mysql_claims_as_the_earlier_events_decide(db: TestDb<sqlx::MySql>) {
+    place(&db, "o-template", false).await;
+    let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+    let due_tomorrow = |status| (status, Some(tomorrow));
+    let now = |status| (status, None);
+    use EventStatus::{Cancelled, Failed, Pending, Succeeded};
+    let events = [
+        // After a cancelled event, behind a published one: goes.
+        ("a", 1, now(Succeeded)),
+        ("a", 2, now(Cancelled)),
+        ("a", 3, now(Pending)),
+        // After a cancelled event, behind a failed one: waits.
+        ("b", 1, due_tomorrow(Failed)),
+        ("b", 2, now(Cancelled)),
+        ("b", 3, now(Pending)),
+        // Right behind a failed one: waits.
+        ("c", 1, due_tomorrow(Failed)),
+        ("c", 2, now(Pending)),
+        // The first event archived: goes.
+        ("d", 2, now(Pending)),
+        // Behind a published one: goes, and so does the next in the same drain.
+        ("e", 1, now(Succeeded)),
+        ("e", 2, now(Pending)),
+        ("e", 3, now(Pending)),
+        // Behind a deleted one: goes (the deleted one is not published either).
+        ("g", 1, now(Pending)),
+        ("g", 2, now(Pending)),
+    ];
+    for (aggregate, sequence, (status, next_retry_time)) in events {
+        let id = format!("'o-{aggregate}'");
+        let sequence = sequence.to_string();
+        copy_template(
+            &db,
+            1,
+            (id.as_str(), sequence.as_str()),
+            status,
+            next_retry_time,
+        )
+        .await;
+    }
+    sqlx::query(
+        "UPDATE biz_outbox_event SET deleted = 1 \
+         WHERE aggregate_id = 'o-g' AND aggregate_sequence = 1",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let (publisher, mut received) = ChannelPublisher::channel(100);
+    let report = db
+        .outbox
+        .relay(publisher, RelayConfig::new("r"))
+        .drain()
+        .await
+        .unwrap();
+    let mut published = Vec::new();
+    while let Ok(message) = received.try_recv() {
+        let envelope = message.envelope;
+        published.push(format!(
+            "{}:{}",
+            envelope.aggregate_id, envelope.aggregate_sequence
+        ));
+    }
+    published.sort();
+    assert_eq!(
+        published,
+        ["o-a:3", "o-d:2", "o-e:2", "o-e:3", "o-g:2", "o-template:1"],
+        "{report:?}"
+    );
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_claims_as_the_earlier_events_decide_by_the_previous_event() {
+    if let Some(db) = TestDb::mysql().await {
+        mysql_claims_as_the_earlier_events_decide(db).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_claims_as_the_earlier_events_decide_with_the_status_index() {
+    if let Some(db) = mysql_with_status_index().await {
+        mysql_claims_as_the_earlier_events_decide(db).await;
+    }
 }
 
 /// Without the status index, the per-aggregate check of a candidate walks `uk_aggregate_sequence`

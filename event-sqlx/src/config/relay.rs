@@ -169,6 +169,11 @@ impl RelayConfig {
     /// Turns per-aggregate ordering off: events are published as soon as they are due, even
     /// while an earlier event of their aggregate is unpublished. More throughput for a single
     /// busy aggregate; consumers must then cope with reordering.
+    ///
+    /// Run unordered relays on an outbox table of their own, not beside ordered ones: on MySQL
+    /// an ordered relay takes an event whose previous event is published as free to go, since
+    /// ordered relays publish an event only after every earlier one, so an event an unordered
+    /// relay published early lets its successors through.
     pub fn unordered(mut self) -> Self {
         self.ordered = false;
         self

@@ -204,11 +204,12 @@ impl<DB: Backend> Outbox<DB> {
     /// MySQL and MariaDB: looks at the outbox table's indexes for the cheapest way for claims
     /// to check each aggregate's order, and returns it. With an index that leads with
     /// `(aggregate_type, aggregate_id, publish_status)`, one probe per unpublished status on it;
-    /// otherwise the check walks the aggregate's earlier events, published ones included
-    /// (through `uk_aggregate_sequence` when the table has it as the migrations create it), so
-    /// a claim slows in proportion to the longest history among the aggregates it considers.
-    /// One catalog query; nothing on PostgreSQL and SQLite, whose partial index answers from
-    /// the unpublished events alone. Relays call it when they start.
+    /// with `uk_aggregate_sequence` as the migrations create it, a lookup of the candidate's
+    /// previous event, and a walk of its earlier events only when that one was cancelled,
+    /// deleted or archived; otherwise a walk of the aggregate's events, published ones
+    /// included, so a claim slows in proportion to the longest history among the aggregates it
+    /// considers. One catalog query; nothing on PostgreSQL and SQLite, whose partial index
+    /// answers from the unpublished events alone. Relays call it when they start.
     pub(crate) async fn detect_order_index(&self) -> Result<sql::AggregateOrder, Error> {
         if DB::DIALECT.has_partial_indexes() {
             return Ok(sql::AggregateOrder::OneProbe);

@@ -318,7 +318,7 @@ pub(crate) async fn stale_statistics<DB: Backend>(
 /// MySQL: how a claim can check each aggregate's order on `table`'s indexes.
 /// [`AggregateOrder::ProbePerStatus`] when an index leads with `(aggregate_type, aggregate_id,
 /// publish_status)`, the three columns a per-status probe looks up by;
-/// [`AggregateOrder::EarlierOnSequenceKey`] when `uk_aggregate_sequence` is there as the
+/// [`AggregateOrder::PreviousEvent`] when `uk_aggregate_sequence` is there as the
 /// migrations create it, on `(aggregate_type, aggregate_id, aggregate_sequence)`;
 /// [`AggregateOrder::OneProbe`] otherwise. Read from `information_schema`, in the table's schema
 /// or the connection's database.
@@ -349,7 +349,7 @@ pub(crate) async fn ordered_claim<DB: Backend>(
         if Columns::<DB>(&row).i64("by_status")? > 0 {
             return Ok(AggregateOrder::ProbePerStatus);
         }
-        order = AggregateOrder::EarlierOnSequenceKey;
+        order = AggregateOrder::PreviousEvent;
     }
     Ok(order)
 }

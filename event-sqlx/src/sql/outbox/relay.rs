@@ -33,12 +33,15 @@ pub(crate) enum AggregateOrder {
     /// the optimizer picks, reading each row's status.
     OneProbe,
     /// MySQL with the migrations' `uk_aggregate_sequence` (see `Outbox::detect_order_index`):
-    /// the probe walks that key from the aggregate's first event up to the candidate, so it
-    /// reads the candidate's earlier events and no others. Left to choose, MariaDB takes
-    /// `idx_aggregate (aggregate_type, aggregate_id)` as readily, which reads every event of the
-    /// aggregate, later ones included: about twice the rows for a candidate in the middle of
-    /// its aggregate's history.
-    EarlierOnSequenceKey,
+    /// the candidate's previous event (its sequence less one) decides, in one lookup of that
+    /// key. Published: nothing earlier is unpublished, since a relay that keeps order claimed
+    /// it only once every event before it was published or cancelled, and neither status ever
+    /// changes again. Pending, in progress or failed: the candidate waits. Cancelled, deleted
+    /// or absent (archived): the candidate's earlier events are walked on that key, up to the
+    /// candidate and no further, as [`AggregateOrder::OneProbe`] does. A claim thus reads one
+    /// earlier event per candidate, however long the aggregate's history, where the walk read
+    /// all of them (and, on the key MariaDB chose, the later ones as well).
+    PreviousEvent,
     /// MySQL with an index that leads with `(aggregate_type, aggregate_id, publish_status)`
     /// (see `Outbox::detect_order_index`): one probe per unpublished status, each reading only
     /// the aggregate's events in that status, however long its published history.
@@ -51,7 +54,7 @@ impl AggregateOrder {
         match self {
             AggregateOrder::Unordered => 0,
             AggregateOrder::OneProbe => 1,
-            AggregateOrder::EarlierOnSequenceKey => 2,
+            AggregateOrder::PreviousEvent => 2,
             AggregateOrder::ProbePerStatus => 3,
         }
     }
@@ -61,7 +64,7 @@ impl AggregateOrder {
     pub(crate) fn from_code(code: u8) -> AggregateOrder {
         match code {
             0 => AggregateOrder::Unordered,
-            2 => AggregateOrder::EarlierOnSequenceKey,
+            2 => AggregateOrder::PreviousEvent,
             3 => AggregateOrder::ProbePerStatus,
             _ => AggregateOrder::OneProbe,
         }
@@ -69,17 +72,18 @@ impl AggregateOrder {
 }
 
 /// Per-aggregate order as `order` keeps it: nothing when unordered, otherwise that no earlier
-/// event of the same aggregate is still unpublished. The subquery runs per candidate row (see
-/// [`Dialect::per_row_subquery`]), once for the three unpublished statuses or once for each.
+/// event of the same aggregate is still unpublished. The subqueries run per candidate row (see
+/// [`Dialect::per_row_subquery`]): once for the three unpublished statuses, once for each, or a
+/// lookup of the previous event and, only after a cancelled, deleted or absent one, the walk.
 ///
 /// [`Dialect::per_row_subquery`]: crate::sql::dialect::Dialect::per_row_subquery
 pub(super) fn no_earlier_unpublished<DB: Backend>(
     table: &TableName,
     order: AggregateOrder,
 ) -> String {
-    let probe = |index: &str, status: String| {
+    let none_earlier = |index: &str, status: String| {
         format!(
-            " AND NOT EXISTS (SELECT 1 FROM {table} p{index} \
+            "NOT EXISTS (SELECT 1 FROM {table} p{index} \
              WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
              AND p.publish_status {status} AND p.deleted = 0 \
              AND p.aggregate_sequence < o.aggregate_sequence{})",
@@ -90,14 +94,23 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
     let any_unpublished = || format!("IN {}", codes(&unpublished));
     match order {
         AggregateOrder::Unordered => String::new(),
-        AggregateOrder::OneProbe => probe("", any_unpublished()),
-        AggregateOrder::EarlierOnSequenceKey => probe(
-            &format!(" FORCE INDEX ({})", super::SEQUENCE_KEY),
-            any_unpublished(),
-        ),
+        AggregateOrder::OneProbe => format!(" AND {}", none_earlier("", any_unpublished())),
+        AggregateOrder::PreviousEvent => {
+            let walk = none_earlier(
+                &format!(" FORCE INDEX ({})", super::SEQUENCE_KEY),
+                any_unpublished(),
+            );
+            format!(
+                " AND CASE COALESCE((SELECT CASE WHEN p.deleted = 0 THEN p.publish_status \
+                 ELSE {CANCELLED} END FROM {table} p \
+                 WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+                 AND p.aggregate_sequence = o.aggregate_sequence - 1), {CANCELLED}) \
+                 WHEN {SUCCEEDED} THEN 1 WHEN {CANCELLED} THEN {walk} ELSE 0 END = 1"
+            )
+        }
         AggregateOrder::ProbePerStatus => unpublished
             .iter()
-            .map(|status| probe("", format!("= {}", status.code())))
+            .map(|status| format!(" AND {}", none_earlier("", format!("= {}", status.code()))))
             .collect(),
     }
 }
@@ -465,7 +478,7 @@ mod tests {
 
     #[test]
     fn orders_survive_their_codes_and_an_unknown_code_is_the_one_probe() {
-        for order in [Unordered, OneProbe, EarlierOnSequenceKey, ProbePerStatus] {
+        for order in [Unordered, OneProbe, PreviousEvent, ProbePerStatus] {
             assert_eq!(AggregateOrder::from_code(order.code()), order);
         }
         assert_eq!(AggregateOrder::from_code(200), OneProbe);
@@ -473,12 +486,16 @@ mod tests {
 
     #[cfg(feature = "mysql")]
     #[test]
-    fn only_the_sequence_key_order_names_an_index() {
+    fn only_the_previous_event_order_names_an_index() {
         let table = crate::table::TableName::new("biz_outbox_event").unwrap();
-        let walk = super::no_earlier_unpublished::<sqlx::MySql>(&table, EarlierOnSequenceKey);
+        let previous = super::no_earlier_unpublished::<sqlx::MySql>(&table, PreviousEvent);
         assert!(
-            walk.contains("p FORCE INDEX (uk_aggregate_sequence) WHERE"),
-            "{walk}"
+            previous.contains("p.aggregate_sequence = o.aggregate_sequence - 1"),
+            "{previous}"
+        );
+        assert!(
+            previous.contains("p FORCE INDEX (uk_aggregate_sequence) WHERE"),
+            "{previous}"
         );
         for order in [OneProbe, ProbePerStatus] {
             let probe = super::no_earlier_unpublished::<sqlx::MySql>(&table, order);
