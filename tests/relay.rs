@@ -971,10 +971,10 @@ async fn mysql_claims_as_the_earlier_events_decide_with_the_status_index() {
     }
 }
 
-/// Without the status index, the per-aggregate check of a candidate walks `uk_aggregate_sequence`
-/// up to the candidate: an aggregate's first pending event is claimed without reading any of
-/// the events after it. (Left to choose, MariaDB walks `idx_aggregate`, every event of the
-/// aggregate, for each candidate that passes the check.)
+/// Without the status index, a candidate with no previous event (here the aggregate's first)
+/// has its earlier events walked on `uk_aggregate_sequence`, which stops at the candidate: it is
+/// claimed without reading any of the events after it. (Left to choose, MariaDB walks
+/// `idx_aggregate`, every event of the aggregate, for each candidate that passes the check.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_claim_reads_none_of_an_aggregates_later_events() {
     let Some(db) = TestDb::mysql().await else {
