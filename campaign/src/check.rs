@@ -178,6 +178,8 @@ pub(crate) struct Findings {
     pub(crate) figures: Vec<String>,
     /// Broken guarantees; empty when the run passed.
     pub(crate) failures: Vec<String>,
+    /// The event numbers of committed events without an effect.
+    pub(crate) lost: Vec<String>,
 }
 
 /// Shows at most a few examples.
@@ -327,6 +329,7 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
             "{quarantined} events quarantined by consumer {CONSUMER}"
         ));
     }
+    findings.lost = lost;
     Ok(findings)
 }
 

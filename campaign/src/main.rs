@@ -10,6 +10,7 @@
 //!
 //! `producer` and `consumer` are the roles it starts as child processes.
 
+mod audit;
 mod check;
 mod pair;
 mod roles;

@@ -126,6 +126,8 @@ struct World {
     db: Arc<Mutex<Service>>,
     broker: Arc<Mutex<Service>>,
     truth: Truth,
+    /// The broker's URL, through its proxy.
+    broker_url: String,
     proxies: BTreeMap<&'static str, FaultProxy>,
     processes: BTreeMap<(Role, usize), Supervised>,
 }
@@ -301,6 +303,21 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .map(|i| dir.join(format!("producer-{i}.acked")))
         .collect();
     let mut findings = check::check(&world.truth, &acked).await?;
+    if !findings.lost.is_empty() && world.pair.broker() == Broker::Kafka {
+        match crate::audit::kafka(
+            &world.broker_url,
+            TOPIC,
+            crate::pair::CONSUMER,
+            &findings.lost,
+        )
+        .await
+        {
+            Ok(lines) => findings.figures.extend(lines),
+            Err(e) => findings
+                .figures
+                .push(format!("could not audit the topic: {e:#}")),
+        }
+    }
     match drained {
         Some(took) if took <= Duration::from_secs(args.drain_limit) => {
             findings
@@ -501,6 +518,7 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
         db: Arc::new(Mutex::new(db)),
         broker: Arc::new(Mutex::new(broker)),
         truth,
+        broker_url,
         proxies,
         processes,
     })
