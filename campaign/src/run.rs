@@ -541,9 +541,41 @@ async fn set_up_topology(broker: Broker, url: &str) -> anyhow::Result<()> {
         Broker::Kafka => {
             let kafka = event_sqlx::KafkaPublisher::connect(url).await?;
             kafka.ensure_topic(TOPIC, 3).await?;
+            start_group_at_zero(url, TOPIC, crate::pair::CONSUMER, 3).await?;
         }
     }
     Ok(())
+}
+
+/// Commits offset 0 for every partition of `topic` in the consumers' group `group`, as an operator
+/// creating the group would, so that no consumer ever asks the broker for a partition's earliest
+/// offset. Tansu 0.6.0 answers that with the record batch stored first in time, not the one at
+/// the lowest offset: when relays write one partition at once, a batch can be stored after the
+/// batch at the next offsets, and a consumer starting then begins past it, for good (the likely
+/// cause of one run whose relay's whole first batch reached no consumer). A Kafka broker answers
+/// with the partition's first offset.
+async fn start_group_at_zero(
+    url: &str,
+    topic: &str,
+    group: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        offsets.add_partition_offset(topic, p, rdkafka::Offset::Offset(0))?;
+    }
+    let (url, group) = (url.to_owned(), group.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let group: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &url)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        group.commit(&offsets, CommitMode::Sync)
+    })
+    .await?
+    .context("cannot commit the consumers' group's starting offsets")
 }
 
 /// Plays one fault and heals it when its time is up. Returns the fault's kind when it did not
@@ -600,4 +632,52 @@ async fn apply(world: &World, scheduled: Scheduled) -> Option<&'static str> {
     }
     let _ = world.pair;
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+    /// The consumers' group starts with offset 0 committed on every partition, so that no
+    /// consumer asks the broker for a partition's earliest offset.
+    #[tokio::test]
+    async fn the_kafka_group_starts_committed_at_offset_zero_on_every_partition() {
+        let Some(publisher) = event_tests::any_broker::kafka().await else {
+            return;
+        };
+        let url = event_tests::db::kafka_url();
+        let topic = event_tests::db::unique("start");
+        let group = event_tests::db::unique("start_group");
+        publisher.ensure_topic(&topic, 3).await.unwrap();
+        super::start_group_at_zero(&url, &topic, &group, 3)
+            .await
+            .unwrap();
+
+        let mut partitions = TopicPartitionList::new();
+        for p in 0..3 {
+            partitions.add_partition(&topic, p);
+        }
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &url)
+            .set("group.id", &group)
+            .create()
+            .unwrap();
+        let committed = reader
+            .committed_offsets(partitions, std::time::Duration::from_secs(10))
+            .unwrap();
+        let offsets: Vec<(i32, Offset)> = committed
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), e.offset()))
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![
+                (0, Offset::Offset(0)),
+                (1, Offset::Offset(0)),
+                (2, Offset::Offset(0))
+            ]
+        );
+    }
 }
