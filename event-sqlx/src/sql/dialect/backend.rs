@@ -87,9 +87,12 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Implements [`Backend`] for one database: `id` is the Rust type of its `BIGINT` ids, `status`
-/// that of its `TINYINT` status columns, `migrations` the folder its migrations are embedded from.
 /// One bound `text[]` (PostgreSQL), or, where there are no arrays, the values as a list.
+// Used by the backend features; a build with only broker features has none of them.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(unused_macros)
+)]
 macro_rules! str_array {
     (array, $q:ident, $values:ident) => {{
         $q.push_bind(
@@ -129,6 +132,11 @@ fn planned_ids(ids: &[i64]) -> Vec<i64> {
     padded
 }
 
+// Used by the backend features; a build with only broker features has none of them.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(unused_macros)
+)]
 macro_rules! id_array {
     (array, $q:ident, $ids:ident) => {{
         $q.push_bind(planned_ids($ids));
@@ -143,6 +151,13 @@ macro_rules! id_array {
     }};
 }
 
+/// Implements [`Backend`] for one database: `id` is the Rust type of its `BIGINT` ids, `status`
+/// that of its `TINYINT` status columns, `migrations` the folder its migrations are embedded from.
+// Used by the backend features; a build with only broker features has none of them.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(unused_macros)
+)]
 macro_rules! impl_backend {
     ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal, strings = $strings:ident) => {
         impl sealed::Sealed for $db {}

@@ -241,6 +241,10 @@ impl Dialect {
     /// A statement run once on a database before its migrations: SQLite switches the file to
     /// WAL, so that relays read while the service writes and a commit appends to one log
     /// instead of rewriting a rollback journal. The setting stays with the file.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn before_migrations(self) -> Option<&'static str> {
         match self {
             Dialect::Sqlite => Some("PRAGMA journal_mode = WAL"),
