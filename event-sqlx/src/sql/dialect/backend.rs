@@ -1,5 +1,10 @@
 //! [`Backend`]: binding values, running statements and reading columns with each database's
 //! concrete sqlx types, through one macro, `impl_backend!`, expanded once per database.
+// The macros are expanded by the database features; a build with only broker features has none.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(unused_macros)
+)]
 
 use std::future::Future;
 
@@ -88,11 +93,6 @@ mod sealed {
 }
 
 /// One bound `text[]` (PostgreSQL), or, where there are no arrays, the values as a list.
-// Used by the backend features; a build with only broker features has none of them.
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
-    allow(unused_macros)
-)]
 macro_rules! str_array {
     (array, $q:ident, $values:ident) => {{
         $q.push_bind(
@@ -132,11 +132,6 @@ fn planned_ids(ids: &[i64]) -> Vec<i64> {
     padded
 }
 
-// Used by the backend features; a build with only broker features has none of them.
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
-    allow(unused_macros)
-)]
 macro_rules! id_array {
     (array, $q:ident, $ids:ident) => {{
         $q.push_bind(planned_ids($ids));
@@ -153,11 +148,6 @@ macro_rules! id_array {
 
 /// Implements [`Backend`] for one database: `id` is the Rust type of its `BIGINT` ids, `status`
 /// that of its `TINYINT` status columns, `migrations` the folder its migrations are embedded from.
-// Used by the backend features; a build with only broker features has none of them.
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
-    allow(unused_macros)
-)]
 macro_rules! impl_backend {
     ($db:ty, $dialect:expr, id = $id:ty, status = $status:ty, migrations = $migrations:literal, strings = $strings:ident) => {
         impl sealed::Sealed for $db {}
