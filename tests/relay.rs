@@ -1014,6 +1014,83 @@ async fn mysql_claim_reads_none_of_an_aggregates_later_events() {
     db.cleanup().await;
 }
 
+/// A claim that reads to the end of the claimable events locks only the rows it leases: under
+/// MySQL's default `REPEATABLE READ` it also locked the gap where every new pending event goes,
+/// and each producer's INSERT waited until the claim committed. The claim is held open inside
+/// its transaction by a trigger that waits on a named lock the test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_claim_in_progress_does_not_hold_back_a_producers_insert() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    place(&db, "o-1", false).await;
+    let gate = event_tests::db::unique("claim_gate");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TRIGGER hold_claims BEFORE UPDATE ON biz_outbox_event FOR EACH ROW BEGIN \
+         IF NEW.publish_status = 1 AND OLD.publish_status <> 1 THEN \
+         DO GET_LOCK('{gate}', 60); DO RELEASE_LOCK('{gate}'); END IF; END"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let mut holder = db.pool().acquire().await.unwrap();
+    let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&gate)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    assert_eq!(held, 1, "the test holds the gate");
+
+    let (publisher, mut received) = ChannelPublisher::channel(10);
+    let relay = db.outbox.relay(publisher, RelayConfig::new("gated"));
+    let draining = tokio::spawn(async move { relay.drain().await });
+    let pool = db.pool().clone();
+    let at_the_gate = async || -> Result<i64, String> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
+             AND STATE = 'User lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| e.to_string())
+    };
+    event_tests::wait::until(Duration::from_secs(30), async || {
+        match at_the_gate().await? {
+            1 => Ok(()),
+            n => Err(format!("{n} claims wait at the gate")),
+        }
+    })
+    .await;
+
+    // A producer commits while the claim is open. Were the gap locked, the INSERT would wait
+    // for the claim, which waits for the test: the deadline turns that into a failure.
+    let committed = tokio::time::timeout(Duration::from_secs(20), place(&db, "o-2", false)).await;
+    let still_claiming = at_the_gate().await.unwrap();
+    let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+        .bind(&gate)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    assert!(
+        committed.is_ok(),
+        "the producer's commit waited for the relay's claim to commit"
+    );
+    assert_eq!(
+        still_claiming, 1,
+        "the claim was still open when the producer committed"
+    );
+
+    let report = draining.await.unwrap().unwrap();
+    assert_eq!(report.published, 2, "{report:?}");
+    let mut orders: Vec<String> = std::iter::from_fn(|| received.try_recv().ok())
+        .map(|m| m.envelope.aggregate_id)
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["o-1", "o-2"]);
+    drop(holder);
+    db.cleanup().await;
+}
+
 /// A relay takes the statistics of an outbox table that never had any (just filled, before
 /// autovacuum): without them PostgreSQL may plan the claim through every row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

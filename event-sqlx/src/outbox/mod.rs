@@ -1,7 +1,7 @@
 //! The outbox: events written in the business transaction, and the seed's queries over them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
@@ -40,6 +40,9 @@ pub struct Outbox<DB: Backend> {
     /// How ordered claims check each aggregate's order on the table's indexes
     /// ([`sql::AggregateOrder::code`], see [`Outbox::detect_order_index`]), as relays last found.
     ordered_claim: Arc<AtomicU8>,
+    /// MySQL: whether claims run at `READ COMMITTED`, locking no gaps (see
+    /// [`Outbox::detect_claim_isolation`]), as relays last found.
+    claims_without_gap_locks: Arc<AtomicBool>,
 }
 
 impl<DB: Backend> Clone for Outbox<DB> {
@@ -50,6 +53,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
             wakeup: Arc::clone(&self.wakeup),
             commit_state: Arc::clone(&self.commit_state),
             ordered_claim: Arc::clone(&self.ordered_claim),
+            claims_without_gap_locks: Arc::clone(&self.claims_without_gap_locks),
         }
     }
 }
@@ -72,6 +76,7 @@ impl<DB: Backend> Outbox<DB> {
             wakeup: Arc::new(Notify::new()),
             commit_state: Arc::default(),
             ordered_claim: Arc::new(AtomicU8::new(sql::AggregateOrder::OneProbe.code())),
+            claims_without_gap_locks: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -220,6 +225,30 @@ impl<DB: Backend> Outbox<DB> {
             .map_err(|e| self.db_error(e))?;
         self.ordered_claim.store(order.code(), Ordering::Relaxed);
         Ok(order)
+    }
+
+    /// MySQL: whether claims may run at `READ COMMITTED`, so that a claim locks only the rows
+    /// it leases and not the gap where producers insert new events (under the server's default
+    /// `REPEATABLE READ` every producer's INSERT waited for any claim that read to the end of the
+    /// claimable rows). Yes unless the server writes its binary log as statements. One query of
+    /// two server variables; nothing on PostgreSQL and SQLite. Relays call it when they start;
+    /// until then claims keep the server's default.
+    pub(crate) async fn detect_claim_isolation(&self) -> Result<bool, Error> {
+        if DB::DIALECT.isolation_without_gap_locks().is_none() {
+            return Ok(false);
+        }
+        let mut conn = self.conn().await?;
+        let without = sql::claims_without_gap_locks::<DB>(&mut conn)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        self.claims_without_gap_locks
+            .store(without, Ordering::Relaxed);
+        Ok(without)
+    }
+
+    /// Whether claims run without gap locks (see [`Outbox::detect_claim_isolation`]).
+    pub(crate) fn claims_without_gap_locks(&self) -> bool {
+        self.claims_without_gap_locks.load(Ordering::Relaxed)
     }
 
     /// How a claim checks each aggregate's order: not at all unless `ordered`, otherwise as

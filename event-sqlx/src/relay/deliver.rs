@@ -42,7 +42,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     ) {
         let full = batch.len() >= usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
         if Self::overlaps() && full {
-            let (next, delivered) = tokio::join!(self.claim(), self.deliver(batch));
+            let (next, delivered) = tokio::join!(self.claim_in_backlog(), self.deliver(batch));
             (next, delivered, true)
         } else {
             let started = tokio::time::Instant::now();
@@ -57,20 +57,27 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                     _ = stopping.wait_for(|stopping| *stopping) => {}
                 }
             }
-            (self.claim_on(conn).await, delivered, false)
+            (self.claim_on(conn, false).await, delivered, false)
         }
     }
 
     /// Leases up to a batch of due events to this relay, in one short transaction.
     pub(super) async fn claim(&self) -> Result<Vec<OutboxRecord>, Error> {
-        self.claim_on(None).await
+        self.claim_on(None, false).await
+    }
+
+    /// [`Self::claim`] beside the delivery of a full batch, where a backlog is likely beyond
+    /// it (on MySQL it may keep the server's isolation, see `Claim::in_backlog`).
+    async fn claim_in_backlog(&self) -> Result<Vec<OutboxRecord>, Error> {
+        self.claim_on(None, true).await
     }
 
     /// [`Self::claim`] on `conn` when given (the connection the last batch's marks used), else
-    /// on a fresh one.
+    /// on a fresh one; `in_backlog` as [`Self::claim_in_backlog`].
     pub(super) async fn claim_on(
         &self,
         conn: Option<PoolConnection<DB>>,
+        in_backlog: bool,
     ) -> Result<Vec<OutboxRecord>, Error> {
         let claimed_at = self.outbox.now();
         let claim = Claim {
@@ -80,6 +87,8 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             limit: i64::from(self.config.batch_size),
             order: self.outbox.aggregate_order(self.config.ordered),
             synchronous_commit: self.config.synchronous_commit,
+            without_gap_locks: self.outbox.claims_without_gap_locks(),
+            in_backlog,
         };
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
         let conn = Reused::new(conn);

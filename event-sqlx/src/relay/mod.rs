@@ -156,9 +156,13 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     }
 
     /// What a relay does when it starts: [`Self::prepare`], and on MySQL a look for the index
-    /// that bounds the per-aggregate check ([`Outbox::detect_order_index`]).
+    /// that bounds the per-aggregate check ([`Outbox::detect_order_index`]) and at whether
+    /// claims can run without gap locks ([`Outbox::detect_claim_isolation`]).
     async fn start(&self) {
         self.prepare().await;
+        if let Err(e) = self.outbox.detect_claim_isolation().await {
+            tracing::warn!(relay = %self.config.instance_id, error = %crate::error::Chain(&e), "could not read the server's binary log format; claims keep its default isolation, and producers' inserts may wait for them");
+        }
         match self.outbox.detect_order_index().await {
             Ok(sql::AggregateOrder::ProbePerStatus) if self.config.ordered => {
                 tracing::debug!(relay = %self.config.instance_id, "the outbox table has an index leading with (aggregate_type, aggregate_id, publish_status): claims probe each unpublished status on it");

@@ -88,6 +88,24 @@ impl Dialect {
         }
     }
 
+    /// The statement before a claim's transaction where its locking read would otherwise lock
+    /// gaps.
+    ///
+    /// MySQL and MariaDB default to `REPEATABLE READ`, under which `SELECT ... FOR UPDATE SKIP
+    /// LOCKED` also locks the gaps it scans: a claim that reads to the end of the claimable
+    /// rows (any claim that finds fewer than a batch) locks the place where every new pending
+    /// event goes, and each producer's INSERT waits until the claim commits. Under `READ
+    /// COMMITTED` a locking read locks only the rows it returns. The claim needs nothing more:
+    /// it leases the rows it locked, and its per-aggregate check reads committed rows either
+    /// way. `SET TRANSACTION` without a scope sets the next transaction only, so nothing stays
+    /// set on the pooled connection.
+    pub(crate) fn isolation_without_gap_locks(self) -> Option<&'static str> {
+        match self {
+            Dialect::MySql => Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            Dialect::Postgres | Dialect::Sqlite => None,
+        }
+    }
+
     /// The statement that makes the rest of a transaction plan each statement for its values.
     /// PostgreSQL switches a prepared statement to a generic plan after five runs; for an
     /// `id IN (<1000 values>)` against a table of millions, the generic plan scans the table

@@ -354,6 +354,22 @@ pub(crate) async fn ordered_claim<DB: Backend>(
     Ok(order)
 }
 
+/// MySQL: whether a claim's transaction may run at `READ COMMITTED` on this connection's
+/// server (see `Dialect::isolation_without_gap_locks`): unless the server writes its binary log as
+/// statements (`log_bin` on, `binlog_format = STATEMENT`), where InnoDB refuses to write rows at
+/// that level and the claim keeps the server's default.
+pub(crate) async fn claims_without_gap_locks<DB: Backend>(
+    conn: &mut DB::Connection,
+) -> Result<bool, sqlx::Error> {
+    let q = Sql::<DB>::new(
+        "SELECT CAST(@@log_bin = 1 AND UPPER(@@binlog_format) = 'STATEMENT' AS SIGNED) AS statements",
+    );
+    match q.fetch(conn).await?.first() {
+        Some(row) => Ok(Columns::<DB>(row).i64("statements")? == 0),
+        None => Ok(false),
+    }
+}
+
 /// The rows the health of the outbox is read from: pending, failed and expired-lease counts, each
 /// answered from the status indexes, and the oldest pending row's creation time.
 pub(crate) async fn health<DB: Backend>(

@@ -125,6 +125,17 @@ pub(crate) struct Claim<'a> {
     pub(crate) order: AggregateOrder,
     /// Whether the claim waits for its commit to reach the disk (see [`unflushed`]).
     pub(crate) synchronous_commit: bool,
+    /// MySQL: whether the claim's transaction may run at `READ COMMITTED`, so that it locks no
+    /// gaps (see [`Dialect::isolation_without_gap_locks`]); not where the binary log is written as
+    /// statements (see [`claims_without_gap_locks`]).
+    ///
+    /// [`Dialect::isolation_without_gap_locks`]: crate::sql::dialect::Dialect::isolation_without_gap_locks
+    pub(crate) without_gap_locks: bool,
+    /// MySQL: the claim runs beside the delivery of a full batch, so a backlog is likely
+    /// beyond it. It keeps the server's default isolation, under which drains measured faster,
+    /// and stops well before the place where producers insert; should it read to the end all
+    /// the same, it rolls back and claims again without gap locks.
+    pub(crate) in_backlog: bool,
 }
 
 /// Lets the statement's transaction commit without waiting for the disk, unless
@@ -233,30 +244,47 @@ pub(crate) async fn claim<DB: Backend>(
         decode_all::<DB>(&q.fetch(conn).await?)?
     } else {
         // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction; the rows are
-        // patched in memory, not read again.
-        let mut tx = sqlx::Acquire::begin(conn).await?;
-        let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
-        candidates(&mut q);
-        q.push(DB::DIALECT.skip_locked());
-        let mut records = decode_all::<DB>(&q.fetch(&mut tx).await?)?;
-        if !records.is_empty() {
-            let mut q = Sql::<DB>::new("");
-            set_claimed(&mut q);
-            q.push(&guard)
-                .push("id IN ")
-                .list(records.iter().map(|r| r.id));
-            q.execute(&mut tx).await?;
-            for record in &mut records {
-                record.publish_status = InProgress;
-                record.locked_by = Some(claim.relay_id.to_owned());
-                record.lock_until = Some(claim.lease_until);
-                record.last_publish_time = Some(claim.now);
-                record.version += 1;
-                record.update_time = claim.now;
+        // patched in memory, not read again. A claim in a backlog keeps the server's isolation
+        // (see `Claim::in_backlog`) unless it reads to the end of the claimable rows.
+        let mut gap_free = claim.without_gap_locks && !claim.in_backlog;
+        loop {
+            if gap_free && let Some(isolation) = DB::DIALECT.isolation_without_gap_locks() {
+                Sql::<DB>::new(isolation).execute(&mut **conn).await?;
             }
+            let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
+            let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
+            candidates(&mut q);
+            q.push(DB::DIALECT.skip_locked());
+            let mut records = decode_all::<DB>(&q.fetch(&mut tx).await?)?;
+            if !gap_free
+                && claim.without_gap_locks
+                && i64::try_from(records.len()).unwrap_or(i64::MAX) < claim.limit
+            {
+                // It read to the end, locking the gap where producers insert: give that back
+                // at once and claim again without gap locks.
+                tx.rollback().await?;
+                gap_free = true;
+                continue;
+            }
+            if !records.is_empty() {
+                let mut q = Sql::<DB>::new("");
+                set_claimed(&mut q);
+                q.push(&guard)
+                    .push("id IN ")
+                    .list(records.iter().map(|r| r.id));
+                q.execute(&mut tx).await?;
+                for record in &mut records {
+                    record.publish_status = InProgress;
+                    record.locked_by = Some(claim.relay_id.to_owned());
+                    record.lock_until = Some(claim.lease_until);
+                    record.last_publish_time = Some(claim.now);
+                    record.version += 1;
+                    record.update_time = claim.now;
+                }
+            }
+            tx.commit().await?;
+            break records;
         }
-        tx.commit().await?;
-        records
     };
     records.sort_by_key(|r| r.id);
     Ok(records)
