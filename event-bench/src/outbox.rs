@@ -67,6 +67,17 @@ pub(crate) struct BackendResult {
     relay_start_vs_analyzed: Option<f64>,
     /// `stale_statistics` over `analyzed`.
     stale_vs_analyzed: Option<f64>,
+    /// Four producers committing one event per transaction through `Outbox::commit` on an
+    /// empty outbox with no relay running: commits a second.
+    producers_alone_per_s: Option<f64>,
+    /// The same producers while a relay publishes what they commit.
+    producers_beside_relay_per_s: Option<f64>,
+    /// `producers_beside_relay` over `producers_alone`.
+    producers_beside_relay_vs_alone: Option<f64>,
+    /// MySQL: the row lock waits the server counted while the producers committed alone, and
+    /// beside the relay (a claim that locked the gap where new events go made them wait).
+    row_lock_waits_alone: Option<i64>,
+    row_lock_waits_beside_relay: Option<i64>,
 }
 
 pub(crate) async fn bench<DB: BenchDb>(
@@ -198,6 +209,35 @@ where
         r.two_updates_events_per_s,
         r.drain_vs_two_updates * 100.0
     );
+
+    // Producers beside a running relay, against the same producers alone (the servers;
+    // SQLite has one writer).
+    if <DB as event_sqlx::Backend>::DIALECT != event_sqlx::Dialect::Sqlite {
+        DB::truncate(db.pool()).await?;
+        let (alone, waits_alone) = producers(db, "alone").await?;
+        DB::truncate(db.pool()).await?;
+        let relay = db.outbox.relay(Serializing, RelayConfig::new("beside"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(async move {
+            relay
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let beside = producers(db, "beside").await;
+        let _ = stop.send(());
+        running.await?;
+        let (beside, waits_beside) = beside?;
+        r.producers_alone_per_s = Some(alone);
+        r.producers_beside_relay_per_s = Some(beside);
+        r.producers_beside_relay_vs_alone = Some(beside / alone);
+        r.row_lock_waits_alone = waits_alone;
+        r.row_lock_waits_beside_relay = waits_beside;
+        eprintln!(
+            "   four producers alone {alone:.0}/s, beside a relay {beside:.0}/s; row lock waits {waits_alone:?} and {waits_beside:?}"
+        );
+    }
 
     // (c) Batch latency with 10k, then with many, published rows in the table.
     DB::truncate(db.pool()).await?;
@@ -331,6 +371,38 @@ async fn measure_batches<DB: BenchDb>(db: &TestDb<DB>) -> anyhow::Result<f64> {
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Events the four producers of (e) commit, one per transaction.
+const PRODUCER_EVENTS: usize = 8_000;
+
+/// Four producers committing `PRODUCER_EVENTS` orders' events through `Outbox::commit`, one per
+/// transaction: their commits a second, and the row lock waits the server counted meanwhile.
+async fn producers<DB: BenchDb>(
+    db: &TestDb<DB>,
+    prefix: &str,
+) -> anyhow::Result<(f64, Option<i64>)> {
+    const PRODUCERS: usize = 4;
+    let waits = DB::row_lock_waits(db.pool()).await?;
+    let started = Instant::now();
+    let work = (0..PRODUCERS).map(|p| async move {
+        for i in (p..PRODUCER_EVENTS).step_by(PRODUCERS) {
+            let mut order = Order::place(&format!("{prefix}-{i}"), i as i64)?;
+            let mut uow = UnitOfWork::new(EventContext::new("bench"));
+            uow.collect(&mut order)?;
+            let _ = db.outbox.commit(db.pool().begin().await?, uow).await?;
+        }
+        Ok::<(), anyhow::Error>(())
+    });
+    for done in futures_util::future::join_all(work).await {
+        done?;
+    }
+    let rate = PRODUCER_EVENTS as f64 / started.elapsed().as_secs_f64();
+    let waits = match (waits, DB::row_lock_waits(db.pool()).await?) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
+    Ok((rate, waits))
 }
 
 /// `count` events over `count / 10` aggregates, ten each, interleaved as a busy service commits.
