@@ -373,7 +373,7 @@ async fn measure_batches<DB: BenchDb>(db: &TestDb<DB>) -> anyhow::Result<f64> {
     Ok(times[times.len() / 2])
 }
 
-/// Events the four producers of (e) commit, one per transaction.
+/// Events the four producers beside a relay commit, one per transaction, in each phase.
 const PRODUCER_EVENTS: usize = 8_000;
 
 /// Four producers committing `PRODUCER_EVENTS` orders' events through `Outbox::commit`, one per
