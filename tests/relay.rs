@@ -1091,6 +1091,103 @@ async fn mysql_a_claim_in_progress_does_not_hold_back_a_producers_insert() {
     db.cleanup().await;
 }
 
+/// A relay's lease recovery, like its claim, locks only the rows it moves, even run before the
+/// relay starts: under MySQL's default `REPEATABLE READ` its range on the status index also
+/// locked the gap before the first leased row, where every new pending event goes, and a
+/// producer's INSERT waited for it. The recovery is held open by a trigger that waits on a
+/// named lock the test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lease_recovery_in_progress_does_not_hold_back_a_producers_insert() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    place(&db, "o-dead", false).await;
+    // The event a relay that died had leased: in progress, its lease over an hour ago.
+    let leased = sqlx::query(
+        "UPDATE biz_outbox_event SET publish_status = 1, locked_by = 'dead', \
+         lock_until = NOW(6) - INTERVAL 1 HOUR WHERE aggregate_id = 'o-dead'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(leased.rows_affected(), 1);
+    let gate = event_tests::db::unique("recovery_gate");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TRIGGER hold_recoveries BEFORE UPDATE ON biz_outbox_event FOR EACH ROW BEGIN \
+         IF OLD.publish_status = 1 AND NEW.publish_status = 3 THEN \
+         DO GET_LOCK('{gate}', 60); DO RELEASE_LOCK('{gate}'); END IF; END"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let mut holder = db.pool().acquire().await.unwrap();
+    let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&gate)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    assert_eq!(held, 1, "the test holds the gate");
+
+    // A relay's recovery before anything else, as `eventctl relay --until-idle` runs it.
+    let (publisher, mut received) = ChannelPublisher::channel(10);
+    let relay = Arc::new(db.outbox.relay(
+        publisher,
+        RelayConfig::new("rescuer").lease_recovery(Duration::from_secs(3600), Duration::ZERO),
+    ));
+    let recovering = tokio::spawn({
+        let relay = Arc::clone(&relay);
+        async move { relay.recover_expired_leases().await }
+    });
+    let pool = db.pool().clone();
+    let at_the_gate = async || -> Result<i64, String> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
+             AND STATE = 'User lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| e.to_string())
+    };
+    event_tests::wait::until(Duration::from_secs(30), async || {
+        match at_the_gate().await? {
+            1 => Ok(()),
+            n => Err(format!("{n} recoveries wait at the gate")),
+        }
+    })
+    .await;
+
+    // A producer commits while the recovery is open. Were the gap locked, the INSERT would
+    // wait for the recovery, which waits for the test: the deadline turns that into a failure.
+    let committed = tokio::time::timeout(Duration::from_secs(20), place(&db, "o-new", false)).await;
+    let still_recovering = at_the_gate().await.unwrap();
+    let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+        .bind(&gate)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    assert!(
+        committed.is_ok(),
+        "the producer's commit waited for the relay's lease recovery to commit"
+    );
+    assert_eq!(
+        still_recovering, 1,
+        "the recovery was still open when the producer committed"
+    );
+
+    assert_eq!(recovering.await.unwrap().unwrap(), 1);
+
+    // Both are published: the recovered event (due at once) and the new one.
+    let report = relay.drain().await.unwrap();
+    assert_eq!(report.published, 2, "{report:?}");
+    let mut orders: Vec<String> = std::iter::from_fn(|| received.try_recv().ok())
+        .map(|m| m.envelope.aggregate_id)
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["o-dead", "o-new"]);
+    drop(holder);
+    db.cleanup().await;
+}
+
 /// A relay takes the statistics of an outbox table that never had any (just filled, before
 /// autovacuum): without them PostgreSQL may plan the claim through every row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,9 @@ pub struct Relay<DB: Backend, P> {
     /// Set when [`Relay::run`]'s shutdown completed: the batch in flight has the shutdown grace
     /// left to be acknowledged.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// Whether this relay has read the server's binary log settings (see
+    /// [`Relay::detect_claim_isolation`]).
+    isolation_read: std::sync::atomic::AtomicBool,
 }
 
 impl<DB: Backend> Outbox<DB> {
@@ -69,6 +72,7 @@ impl<DB: Backend> Outbox<DB> {
             publisher,
             config,
             stopping: tokio::sync::watch::Sender::new(false),
+            isolation_read: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -160,9 +164,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// claims can run without gap locks ([`Outbox::detect_claim_isolation`]).
     async fn start(&self) {
         self.prepare().await;
-        if let Err(e) = self.outbox.detect_claim_isolation().await {
-            tracing::warn!(relay = %self.config.instance_id, error = %crate::error::Chain(&e), "could not read the server's binary log format; claims keep its default isolation, and producers' inserts may wait for them");
-        }
+        self.detect_claim_isolation().await;
         match self.outbox.detect_order_index().await {
             Ok(sql::AggregateOrder::ProbePerStatus) if self.config.ordered => {
                 tracing::debug!(relay = %self.config.instance_id, "the outbox table has an index leading with (aggregate_type, aggregate_id, publish_status): claims probe each unpublished status on it");
@@ -171,6 +173,18 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             Err(e) => {
                 tracing::warn!(relay = %self.config.instance_id, error = %crate::error::Chain(&e), "could not read the outbox table's indexes; claims check each aggregate's order through its whole history");
             }
+        }
+    }
+
+    /// Reads whether claims and lease recoveries may run without gap locks (see
+    /// [`crate::Outbox::detect_claim_isolation`]); on failure they keep the server's default.
+    /// Each start reads it again, and so does a lease recovery run before any start (as
+    /// `eventctl relay --until-idle` runs one).
+    pub(super) async fn detect_claim_isolation(&self) {
+        self.isolation_read
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = self.outbox.detect_claim_isolation().await {
+            tracing::warn!(relay = %self.config.instance_id, error = %crate::error::Chain(&e), "could not read the server's binary log format; claims keep its default isolation, and producers' inserts may wait for them");
         }
     }
 

@@ -31,6 +31,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// Moves events whose lease expired (their relay died) back to failed, due after the
     /// recovery delay. Returns how many moved.
     pub async fn recover_expired_leases(&self) -> Result<u64, Error> {
+        if !self
+            .isolation_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.detect_claim_isolation().await;
+        }
         let at = self.outbox.now();
         let (pool, table) = (self.outbox.pool(), &self.outbox.config().table);
         let recovered = retry_rolled_back(|| async {
@@ -41,6 +47,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 at,
                 after(at, self.config.recovery_delay),
                 "relay lease expired; waiting to be published again",
+                self.outbox.claims_without_gap_locks(),
             )
             .await
         })

@@ -476,14 +476,22 @@ pub(crate) async fn cancel_exhausted<DB: Backend>(
     q.execute(conn).await
 }
 
-/// In progress with an expired lease -> failed, due at `retry_at`.
+/// In progress with an expired lease -> failed, due at `retry_at`. With `without_gap_locks`
+/// (MySQL, see [`Claim::without_gap_locks`]) the statement runs at `READ COMMITTED`: at the
+/// server's default it locked the gap before the first leased row in the status index, where
+/// every new pending event goes, and producers' inserts waited for it.
 pub(crate) async fn recover_expired<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
     now: DateTime<Utc>,
     retry_at: DateTime<Utc>,
     reason: &str,
+    without_gap_locks: bool,
 ) -> Result<u64, sqlx::Error> {
+    if without_gap_locks && let Some(isolation) = DB::DIALECT.isolation_without_gap_locks() {
+        // Sets the next transaction only: the UPDATE below, which commits on its own.
+        Sql::<DB>::new(isolation).execute(&mut *conn).await?;
+    }
     let mut q = Sql::<DB>::new(format!(
         "UPDATE {table} SET publish_status = {FAILED}, retry_count = retry_count + 1, \
          next_retry_time = "
