@@ -108,6 +108,10 @@ struct Args {
     /// With --throughput: the relays' `RelayConfig::linger`, in milliseconds (0 by default).
     #[arg(long, default_value_t = 0)]
     relay_linger_ms: u64,
+    /// With --throughput: how `Outbox::commit` sends the producers' events on PostgreSQL
+    /// (`auto`, `one-trip` or `bound`; see `OutboxConfig::commit_path`).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "one-trip", "bound"])]
+    commit_path: String,
     /// With --throughput: the producer counts of the saturation runs (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
     saturating_producers: Vec<usize>,
@@ -153,6 +157,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         };
         throughput::RELAY_LINGER_MS
             .store(args.relay_linger_ms, std::sync::atomic::Ordering::Relaxed);
+        let commit_path = match args.commit_path.as_str() {
+            "one-trip" => event_sqlx::CommitPath::OneTrip,
+            "bound" => event_sqlx::CommitPath::Bound,
+            _ => event_sqlx::CommitPath::Auto,
+        };
+        throughput::COMMIT_PATH
+            .set(commit_path)
+            .map_err(|_| anyhow::anyhow!("the commit path was set twice"))?;
         throughput::RELAY_SYNCHRONOUS_COMMIT.store(
             args.relay_synchronous_commit,
             std::sync::atomic::Ordering::Relaxed,

@@ -23,8 +23,8 @@ use anyhow::Context;
 use chrono::Utc;
 use event_core::{EventContext, UnitOfWork};
 use event_sqlx::{
-    Consumer, Delivered, HandlerError, IndexProfile, JetStreamSubscription, KafkaPublisher,
-    KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher,
+    CommitPath, Consumer, Delivered, HandlerError, IndexProfile, JetStreamSubscription,
+    KafkaPublisher, KafkaSubscription, NatsPublisher, Outbox, OutboxConfig, RabbitMqPublisher,
     RabbitMqSubscription, RelayConfig, Route, Routes,
 };
 use event_tests::any_broker::stream_for;
@@ -135,6 +135,20 @@ pub(crate) static RELAY_SYNCHRONOUS_COMMIT: AtomicBool = AtomicBool::new(false);
 /// The relays' linger in milliseconds (`--relay-linger-ms`).
 pub(crate) static RELAY_LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
+/// How `Outbox::commit` sends the producers' events (`--commit-path`; `Auto` when unset).
+pub(crate) static COMMIT_PATH: std::sync::OnceLock<CommitPath> = std::sync::OnceLock::new();
+
+/// The outbox settings of every run: `profile`, `--commit-path`, and orders routed to `topic`.
+fn outbox_config(profile: IndexProfile, topic: String) -> OutboxConfig {
+    OutboxConfig::new()
+        .index_profile(profile)
+        .commit_path(COMMIT_PATH.get().copied().unwrap_or_default())
+        .route(
+            "ORDER_PLACED",
+            Route::topic(topic).routing_key("order.placed"),
+        )
+}
+
 /// Which runs of the throughput benchmark to make.
 #[derive(Debug, Clone)]
 pub(crate) struct Runs {
@@ -211,6 +225,7 @@ pub(crate) async fn run(
         "indexProfile": format!("{profile:?}"),
         "relaySynchronousCommit": RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed),
         "relayLingerMs": RELAY_LINGER_MS.load(Ordering::Relaxed),
+        "commitPath": format!("{:?}", COMMIT_PATH.get().copied().unwrap_or_default()),
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
         "backlog": backlog,
         "latency": latency,
@@ -256,13 +271,7 @@ pub(crate) async fn setup(
         );
     }
     let topic = unique("tp").replace('_', "-");
-    let outbox = Outbox::new(
-        db.pool().clone(),
-        OutboxConfig::new().index_profile(profile).route(
-            "ORDER_PLACED",
-            Route::topic(topic.clone()).routing_key("order.placed"),
-        ),
-    );
+    let outbox = Outbox::new(db.pool().clone(), outbox_config(profile, topic.clone()));
     if profile != IndexProfile::Seed {
         outbox.migrate().await?;
     }
@@ -562,10 +571,7 @@ async fn outbox_transactions(
         .context("PostgreSQL is unreachable")?;
     let outbox = Outbox::new(
         db.pool().clone(),
-        OutboxConfig::new().index_profile(profile).route(
-            "ORDER_PLACED",
-            Route::topic("alone").routing_key("order.placed"),
-        ),
+        outbox_config(profile, "alone".to_owned()),
     );
     if profile != IndexProfile::Seed {
         outbox.migrate().await?;
