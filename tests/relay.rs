@@ -1014,71 +1014,95 @@ async fn mysql_claim_reads_none_of_an_aggregates_later_events() {
     db.cleanup().await;
 }
 
+/// A named lock the test holds, and a trigger that makes each UPDATE of the outbox matching
+/// `when` (a condition on `OLD` and `NEW`) wait for it: a relay's statement held open inside its
+/// transaction, with whatever locks it took.
+struct LockGate {
+    name: String,
+    holder: sqlx::pool::PoolConnection<sqlx::MySql>,
+    pool: sqlx::MySqlPool,
+}
+
+impl LockGate {
+    async fn close(db: &TestDb<sqlx::MySql>, when: &str) -> LockGate {
+        let name = event_tests::db::unique("gate");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER hold_at_the_gate BEFORE UPDATE ON biz_outbox_event FOR EACH ROW \
+             BEGIN IF {when} THEN DO GET_LOCK('{name}', 60); DO RELEASE_LOCK('{name}'); \
+             END IF; END"
+        )))
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let mut holder = db.pool().acquire().await.unwrap();
+        let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+            .bind(&name)
+            .fetch_one(&mut *holder)
+            .await
+            .unwrap();
+        assert_eq!(held, 1, "the test holds the gate");
+        LockGate {
+            name,
+            holder,
+            pool: db.pool().clone(),
+        }
+    }
+
+    /// How many statements wait at the gate.
+    async fn waiting(&self) -> Result<i64, String> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
+             AND STATE = 'User lock'",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// Commits order `id` once one `statement` waits at the gate, then opens it. Were the
+    /// gap where new events go locked, the INSERT would wait for the statement, which waits
+    /// for the test: the deadline turns that into a failure.
+    async fn commit_beside(mut self, db: &TestDb<sqlx::MySql>, id: &str, statement: &str) {
+        event_tests::wait::until(Duration::from_secs(30), async || {
+            match self.waiting().await? {
+                1 => Ok(()),
+                n => Err(format!("{n} statements wait at the gate")),
+            }
+        })
+        .await;
+        let committed = tokio::time::timeout(Duration::from_secs(20), place(db, id, false)).await;
+        let still_waiting = self.waiting().await.unwrap();
+        let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(&self.name)
+            .fetch_one(&mut *self.holder)
+            .await
+            .unwrap();
+        assert!(
+            committed.is_ok(),
+            "the producer's commit waited for the relay's {statement} to commit"
+        );
+        assert_eq!(
+            still_waiting, 1,
+            "the {statement} was still open when the producer committed"
+        );
+    }
+}
+
 /// A claim that reads to the end of the claimable events locks only the rows it leases: under
 /// MySQL's default `REPEATABLE READ` it also locked the gap where every new pending event goes,
 /// and each producer's INSERT waited until the claim committed. The claim is held open inside
-/// its transaction by a trigger that waits on a named lock the test holds.
+/// its transaction at a [`LockGate`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_claim_in_progress_does_not_hold_back_a_producers_insert() {
     let Some(db) = TestDb::mysql().await else {
         return;
     };
     place(&db, "o-1", false).await;
-    let gate = event_tests::db::unique("claim_gate");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TRIGGER hold_claims BEFORE UPDATE ON biz_outbox_event FOR EACH ROW BEGIN \
-         IF NEW.publish_status = 1 AND OLD.publish_status <> 1 THEN \
-         DO GET_LOCK('{gate}', 60); DO RELEASE_LOCK('{gate}'); END IF; END"
-    )))
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let mut holder = db.pool().acquire().await.unwrap();
-    let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
-        .bind(&gate)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
-    assert_eq!(held, 1, "the test holds the gate");
-
+    let gate = LockGate::close(&db, "NEW.publish_status = 1 AND OLD.publish_status <> 1").await;
     let (publisher, mut received) = ChannelPublisher::channel(10);
     let relay = db.outbox.relay(publisher, RelayConfig::new("gated"));
     let draining = tokio::spawn(async move { relay.drain().await });
-    let pool = db.pool().clone();
-    let at_the_gate = async || -> Result<i64, String> {
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
-             AND STATE = 'User lock'",
-        )
-        .fetch_one(&pool)
-        .await
-        .map_err(|e| e.to_string())
-    };
-    event_tests::wait::until(Duration::from_secs(30), async || {
-        match at_the_gate().await? {
-            1 => Ok(()),
-            n => Err(format!("{n} claims wait at the gate")),
-        }
-    })
-    .await;
-
-    // A producer commits while the claim is open. Were the gap locked, the INSERT would wait
-    // for the claim, which waits for the test: the deadline turns that into a failure.
-    let committed = tokio::time::timeout(Duration::from_secs(20), place(&db, "o-2", false)).await;
-    let still_claiming = at_the_gate().await.unwrap();
-    let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
-        .bind(&gate)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
-    assert!(
-        committed.is_ok(),
-        "the producer's commit waited for the relay's claim to commit"
-    );
-    assert_eq!(
-        still_claiming, 1,
-        "the claim was still open when the producer committed"
-    );
+    gate.commit_beside(&db, "o-2", "claim").await;
 
     let report = draining.await.unwrap().unwrap();
     assert_eq!(report.published, 2, "{report:?}");
@@ -1087,15 +1111,13 @@ async fn mysql_a_claim_in_progress_does_not_hold_back_a_producers_insert() {
         .collect();
     orders.sort();
     assert_eq!(orders, ["o-1", "o-2"]);
-    drop(holder);
     db.cleanup().await;
 }
 
 /// A relay's lease recovery, like its claim, locks only the rows it moves, even run before the
 /// relay starts: under MySQL's default `REPEATABLE READ` its range on the status index also
 /// locked the gap before the first leased row, where every new pending event goes, and a
-/// producer's INSERT waited for it. The recovery is held open by a trigger that waits on a
-/// named lock the test holds.
+/// producer's INSERT waited for it. The recovery is held open at a [`LockGate`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_lease_recovery_in_progress_does_not_hold_back_a_producers_insert() {
     let Some(db) = TestDb::mysql().await else {
@@ -1111,23 +1133,7 @@ async fn mysql_a_lease_recovery_in_progress_does_not_hold_back_a_producers_inser
     .await
     .unwrap();
     assert_eq!(leased.rows_affected(), 1);
-    let gate = event_tests::db::unique("recovery_gate");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TRIGGER hold_recoveries BEFORE UPDATE ON biz_outbox_event FOR EACH ROW BEGIN \
-         IF OLD.publish_status = 1 AND NEW.publish_status = 3 THEN \
-         DO GET_LOCK('{gate}', 60); DO RELEASE_LOCK('{gate}'); END IF; END"
-    )))
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let mut holder = db.pool().acquire().await.unwrap();
-    let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
-        .bind(&gate)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
-    assert_eq!(held, 1, "the test holds the gate");
-
+    let gate = LockGate::close(&db, "OLD.publish_status = 1 AND NEW.publish_status = 3").await;
     // A relay's recovery before anything else, as `eventctl relay --until-idle` runs it.
     let (publisher, mut received) = ChannelPublisher::channel(10);
     let relay = Arc::new(db.outbox.relay(
@@ -1138,42 +1144,7 @@ async fn mysql_a_lease_recovery_in_progress_does_not_hold_back_a_producers_inser
         let relay = Arc::clone(&relay);
         async move { relay.recover_expired_leases().await }
     });
-    let pool = db.pool().clone();
-    let at_the_gate = async || -> Result<i64, String> {
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
-             AND STATE = 'User lock'",
-        )
-        .fetch_one(&pool)
-        .await
-        .map_err(|e| e.to_string())
-    };
-    event_tests::wait::until(Duration::from_secs(30), async || {
-        match at_the_gate().await? {
-            1 => Ok(()),
-            n => Err(format!("{n} recoveries wait at the gate")),
-        }
-    })
-    .await;
-
-    // A producer commits while the recovery is open. Were the gap locked, the INSERT would
-    // wait for the recovery, which waits for the test: the deadline turns that into a failure.
-    let committed = tokio::time::timeout(Duration::from_secs(20), place(&db, "o-new", false)).await;
-    let still_recovering = at_the_gate().await.unwrap();
-    let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
-        .bind(&gate)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
-    assert!(
-        committed.is_ok(),
-        "the producer's commit waited for the relay's lease recovery to commit"
-    );
-    assert_eq!(
-        still_recovering, 1,
-        "the recovery was still open when the producer committed"
-    );
-
+    gate.commit_beside(&db, "o-new", "lease recovery").await;
     assert_eq!(recovering.await.unwrap().unwrap(), 1);
 
     // Both are published: the recovered event (due at once) and the new one.
@@ -1184,7 +1155,6 @@ async fn mysql_a_lease_recovery_in_progress_does_not_hold_back_a_producers_inser
         .collect();
     orders.sort();
     assert_eq!(orders, ["o-dead", "o-new"]);
-    drop(holder);
     db.cleanup().await;
 }
 
