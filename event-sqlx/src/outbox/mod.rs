@@ -234,7 +234,7 @@ impl<DB: Backend> Outbox<DB> {
     /// two server variables; nothing on PostgreSQL and SQLite. Relays call it when they start;
     /// until then claims keep the server's default.
     pub(crate) async fn detect_claim_isolation(&self) -> Result<bool, Error> {
-        if DB::DIALECT.isolation_without_gap_locks().is_none() {
+        if DB::DIALECT.begin_without_gap_locks().is_none() {
             return Ok(false);
         }
         let mut conn = self.conn().await?;

@@ -88,8 +88,7 @@ impl Dialect {
         }
     }
 
-    /// The statement before a claim's transaction where its locking read would otherwise lock
-    /// gaps.
+    /// How to begin a claim's transaction where its locking read would otherwise lock gaps.
     ///
     /// MySQL and MariaDB default to `REPEATABLE READ`, under which `SELECT ... FOR UPDATE SKIP
     /// LOCKED` also locks the gaps it scans: a claim that reads to the end of the claimable
@@ -97,11 +96,15 @@ impl Dialect {
     /// event goes, and each producer's INSERT waits until the claim commits. Under `READ
     /// COMMITTED` a locking read locks only the rows it returns. The claim needs nothing more:
     /// it leases the rows it locked, and its per-aggregate check reads committed rows either
-    /// way. `SET TRANSACTION` without a scope sets the next transaction only, so nothing stays
-    /// set on the pooled connection.
-    pub(crate) fn isolation_without_gap_locks(self) -> Option<&'static str> {
+    /// way. `SET TRANSACTION` without a scope sets the next transaction only, and it goes to the
+    /// server in one message with the `START TRANSACTION` it sets: sent as a statement of its
+    /// own, a caller dropping the claim between the two would return the connection to the pool
+    /// with the level still pending, for whatever transaction the application begins on it next.
+    pub(crate) fn begin_without_gap_locks(self) -> Option<&'static str> {
         match self {
-            Dialect::MySql => Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            Dialect::MySql => {
+                Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            }
             Dialect::Postgres | Dialect::Sqlite => None,
         }
     }

@@ -355,7 +355,7 @@ pub(crate) async fn ordered_claim<DB: Backend>(
 }
 
 /// MySQL: whether a claim's transaction may run at `READ COMMITTED` on this connection's
-/// server (see `Dialect::isolation_without_gap_locks`): unless the server writes its binary log as
+/// server (see `Dialect::begin_without_gap_locks`): unless the server writes its binary log as
 /// statements (`log_bin` on, `binlog_format = STATEMENT`), where InnoDB refuses to write rows at
 /// that level and the claim keeps the server's default.
 pub(crate) async fn claims_without_gap_locks<DB: Backend>(

@@ -126,10 +126,10 @@ pub(crate) struct Claim<'a> {
     /// Whether the claim waits for its commit to reach the disk (see [`unflushed`]).
     pub(crate) synchronous_commit: bool,
     /// MySQL: whether the claim's transaction may run at `READ COMMITTED`, so that it locks no
-    /// gaps (see [`Dialect::isolation_without_gap_locks`]); not where the binary log is written as
+    /// gaps (see [`Dialect::begin_without_gap_locks`]); not where the binary log is written as
     /// statements (see [`claims_without_gap_locks`]).
     ///
-    /// [`Dialect::isolation_without_gap_locks`]: crate::sql::dialect::Dialect::isolation_without_gap_locks
+    /// [`Dialect::begin_without_gap_locks`]: crate::sql::dialect::Dialect::begin_without_gap_locks
     pub(crate) without_gap_locks: bool,
     /// MySQL: the claim runs beside the delivery of a full batch, so a backlog is likely
     /// beyond it. It keeps the server's default isolation, under which drains measured faster,
@@ -248,10 +248,13 @@ pub(crate) async fn claim<DB: Backend>(
         // (see `Claim::in_backlog`) unless it reads to the end of the claimable rows.
         let mut gap_free = claim.without_gap_locks && !claim.in_backlog;
         loop {
-            if gap_free && let Some(isolation) = DB::DIALECT.isolation_without_gap_locks() {
-                Sql::<DB>::new(isolation).execute(&mut **conn).await?;
-            }
-            let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
+            let mut tx = match DB::DIALECT.begin_without_gap_locks() {
+                Some(begin) if gap_free => {
+                    let begin = sqlx::SqlSafeStr::into_sql_str(begin);
+                    sqlx::Connection::begin_with(&mut **conn, begin).await?
+                }
+                _ => sqlx::Acquire::begin(&mut *conn).await?,
+            };
             let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
             candidates(&mut q);
             q.push(DB::DIALECT.skip_locked());
@@ -477,9 +480,9 @@ pub(crate) async fn cancel_exhausted<DB: Backend>(
 }
 
 /// In progress with an expired lease -> failed, due at `retry_at`. With `without_gap_locks`
-/// (MySQL, see [`Claim::without_gap_locks`]) the statement runs at `READ COMMITTED`: at the
-/// server's default it locked the gap before the first leased row in the status index, where
-/// every new pending event goes, and producers' inserts waited for it.
+/// (MySQL, see [`Claim::without_gap_locks`]) the statement runs in a transaction at `READ
+/// COMMITTED`: at the server's default it locked the gap before the first leased row in the
+/// status index, where every new pending event goes, and producers' inserts waited for it.
 pub(crate) async fn recover_expired<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
@@ -488,10 +491,6 @@ pub(crate) async fn recover_expired<DB: Backend>(
     reason: &str,
     without_gap_locks: bool,
 ) -> Result<u64, sqlx::Error> {
-    if without_gap_locks && let Some(isolation) = DB::DIALECT.isolation_without_gap_locks() {
-        // Sets the next transaction only: the UPDATE below, which commits on its own.
-        Sql::<DB>::new(isolation).execute(&mut *conn).await?;
-    }
     let mut q = Sql::<DB>::new(format!(
         "UPDATE {table} SET publish_status = {FAILED}, retry_count = retry_count + 1, \
          next_retry_time = "
@@ -505,7 +504,16 @@ pub(crate) async fn recover_expired<DB: Backend>(
             " WHERE deleted = 0 AND publish_status = {IN_PROGRESS} AND lock_until <= "
         ))
         .bind(now);
-    q.execute(conn).await
+    match DB::DIALECT.begin_without_gap_locks() {
+        Some(begin) if without_gap_locks => {
+            let begin = sqlx::SqlSafeStr::into_sql_str(begin);
+            let mut tx = sqlx::Connection::begin_with(&mut *conn, begin).await?;
+            let recovered = q.execute(&mut tx).await?;
+            tx.commit().await?;
+            Ok(recovered)
+        }
+        _ => q.execute(conn).await,
+    }
 }
 
 #[cfg(test)]
