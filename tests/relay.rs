@@ -1671,6 +1671,81 @@ async fn a_lingering_relay_claims_the_commits_that_follow_a_batch_together() {
     db.cleanup().await;
 }
 
+/// A relay behind a backlog claims again at once after a batch that was not full: here the
+/// events of one aggregate, committed ten minutes before the relay starts, one claim each in
+/// aggregate order. Lingering a minute after each, it would take two minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_behind_a_backlog_does_not_linger() {
+    let Some(db) = TestDb::sqlite().await else {
+        return;
+    };
+    let clock = ManualClock::starting_now();
+    let outbox =
+        event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().clock(clock.clone()));
+    let mut order = Order::place("o-long", 1).unwrap();
+    order.note("first note");
+    order.note("second note");
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let _ = outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(600));
+
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = outbox.relay(
+        publisher,
+        RelayConfig::new("behind")
+            .batch_size(50)
+            .linger(Duration::from_secs(60))
+            .poll_interval(Duration::from_secs(60)),
+    );
+    let (stop, running) = event_tests::background::relay(relay);
+    let mut sequences = Vec::new();
+    for _ in 0..3 {
+        let message = tokio::time::timeout(Duration::from_secs(30), received.recv())
+            .await
+            .expect("published within 30 s: the relay lingered behind its backlog")
+            .expect("the relay stopped");
+        sequences.push(message.envelope.aggregate_sequence);
+    }
+    assert_eq!(sequences, [1, 2, 3]);
+    let _ = stop.send(());
+    let report = running.await.unwrap();
+    assert_eq!(report.published, 3, "{report:?}");
+    db.cleanup().await;
+}
+
+/// A drain never lingers: the events of one aggregate just committed, one claim each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_does_not_linger() {
+    let Some(db) = TestDb::sqlite().await else {
+        return;
+    };
+    let mut order = Order::place("o-long", 1).unwrap();
+    order.note("first note");
+    order.note("second note");
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let _ = db
+        .outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let (publisher, _received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(
+        publisher,
+        RelayConfig::new("draining").linger(Duration::from_secs(60)),
+    );
+    let report = tokio::time::timeout(Duration::from_secs(30), relay.drain())
+        .await
+        .expect("drained within 30 s: the drain lingered")
+        .unwrap();
+    assert_eq!((report.claimed, report.published), (3, 3), "{report:?}");
+    db.cleanup().await;
+}
+
 /// A relay stops at once while it lingers, however long the linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lingering_relay_stops_without_waiting_out_its_linger() {

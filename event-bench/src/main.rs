@@ -105,8 +105,9 @@ struct Args {
     /// default run's, with `-sync` in the file name.
     #[arg(long)]
     relay_synchronous_commit: bool,
-    /// With --throughput: the relays' `RelayConfig::linger`, in milliseconds (0 by default).
-    #[arg(long, default_value_t = 0)]
+    /// With --throughput: the relays' `RelayConfig::linger`, in milliseconds (10 by default, as
+    /// the relay's own default).
+    #[arg(long, default_value_t = 10)]
     relay_linger_ms: u64,
     /// With --throughput: how `Outbox::commit` sends the producers' events on PostgreSQL
     /// (`auto`, `one-trip` or `bound`; see `OutboxConfig::commit_path`).

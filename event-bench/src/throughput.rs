@@ -76,6 +76,9 @@ struct Latency {
     stages_max_ms: StagesMax,
     /// Events per relay claim that found any (the claims told apart by their claim time).
     events_per_claim: f64,
+    /// Events per consumer transaction (told apart by the inbox rows' consumed time, which a
+    /// batch's rows share).
+    events_per_consumer_transaction: f64,
     /// CPU seconds per 1,000 events, committing included, by process group (see `cpu`).
     cpu_s_per_1000_events: crate::cpu::PerThousand,
     /// PostgreSQL's write-ahead log per event, committing included (see `wal`).
@@ -113,6 +116,9 @@ struct Stages {
     claimed: f64,
     marked_published: f64,
     consumed: f64,
+    /// Reported beside the stages, in [`Latency::events_per_consumer_transaction`].
+    #[serde(skip)]
+    events_per_consumer_transaction: f64,
 }
 
 /// The longest any event waited from its creation for each stage.
@@ -695,7 +701,9 @@ async fn latency_run(
          percentile_cont(0.5) WITHIN GROUP (ORDER BY \
            extract(epoch FROM o.published_time - o.create_time) * 1000) AS marked_published, \
          percentile_cont(0.5) WITHIN GROUP (ORDER BY \
-           extract(epoch FROM i.consumed_time - o.create_time) * 1000) AS consumed \
+           extract(epoch FROM i.consumed_time - o.create_time) * 1000) AS consumed, \
+         count(*)::float8 / greatest(count(DISTINCT i.consumed_time), 1) \
+           AS events_per_consumer_transaction \
          FROM biz_outbox_event o JOIN consumed_event i ON i.event_id = o.event_no \
          WHERE o.aggregate_id <> 'warm-up'",
     )
@@ -781,6 +789,7 @@ fn latency_figures(
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
         events_per_claim: stages_max_ms.events_per_claim,
+        events_per_consumer_transaction: stages_p50_ms.events_per_consumer_transaction,
         stages_p50_ms,
         stages_max_ms,
         cpu_s_per_1000_events,

@@ -62,9 +62,9 @@ pub(crate) struct RelayArgs {
     #[arg(long)]
     synchronous_commit: bool,
     /// After a batch that was not full, wait this long for more commits before claiming again
-    /// (`5ms`; up to `1m`): longer batches, less work per event, up to this much latency. `0`,
-    /// the default, claims again at once.
-    #[arg(long, default_value = "0", value_parser = crate::args::duration)]
+    /// (up to `1m`), while the relay keeps up: longer batches, less work per event, up to this
+    /// much latency. `0` claims again at once. Not with --until-idle, which never waits.
+    #[arg(long, default_value = "10ms", value_parser = crate::args::duration)]
     linger: Duration,
     /// Stop once nothing is left to claim, instead of waiting for more. Exits 1, with the
     /// count, if events this relay claimed are still in progress when it stops.

@@ -13,6 +13,8 @@ pub(crate) const DEFAULT_RECOVER_INTERVAL: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_RECOVERY_DELAY: Duration = Duration::from_secs(5);
 /// The longest [`RelayConfig::linger`].
 const MAX_LINGER: Duration = Duration::from_secs(60);
+/// [`RelayConfig::linger`] unless set.
+pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(10);
 /// The shortest outage pause.
 const OUTAGE_MIN_PAUSE: Duration = Duration::from_millis(250);
 
@@ -42,8 +44,9 @@ pub struct RelayConfig {
 impl RelayConfig {
     /// A relay named `instance_id` (the `locked_by` of its leases; unique per running relay):
     /// batches of 200, 15-second leases renewed every 5 s while a batch is in flight,
-    /// per-aggregate order, the default backoff, polling every second when idle, expired leases
-    /// recovered every 5 s and retried 5 s after recovery. A relay that dies leaves its
+    /// per-aggregate order, the default backoff, polling every second when idle, a 10 ms
+    /// linger under a steady stream, expired leases recovered every 5 s and retried 5 s after
+    /// recovery. A relay that dies leaves its
     /// aggregates waiting at most lease + recovery interval + recovery delay = 25 s.
     pub fn new(instance_id: impl Into<String>) -> RelayConfig {
         RelayConfig {
@@ -51,7 +54,7 @@ impl RelayConfig {
             batch_size: 200,
             lease: DEFAULT_LEASE,
             poll_interval: Duration::from_secs(1),
-            linger: Duration::ZERO,
+            linger: DEFAULT_LINGER,
             backoff: Backoff::default(),
             recovery_delay: DEFAULT_RECOVERY_DELAY,
             recover_interval: DEFAULT_RECOVER_INTERVAL,
@@ -139,17 +142,29 @@ impl RelayConfig {
         self
     }
 
-    /// How long a relay lets events gather before it claims again after a batch that was not
-    /// full (none by default, at most a minute): each claim then starts at least this long after the
-    /// one before it. Under a steady stream of small commits every batch, and every chunk the
-    /// consumers receive, costs a claim, a mark, a publish and a consumer transaction, whatever
-    /// its length; waiting a few milliseconds lengthens the batches and so lowers the database's
-    /// and the broker's work per event, at the cost of up to this much latency. A full batch is
-    /// followed by the next claim at once, as always, and a relay that is stopped while it
-    /// lingers stops at once.
+    /// How long a running relay lets events gather before it claims again after a batch that
+    /// was not full (10 ms by default, at most a minute, `Duration::ZERO` for none): each claim
+    /// then starts at least this long after the one before it. Under a steady stream of small
+    /// commits every batch, and every chunk the consumers receive, costs a claim, a mark, a
+    /// publish and a consumer transaction, whatever its length; waiting a few milliseconds
+    /// lengthens the batches and so lowers the database's and the broker's work per event, at the
+    /// cost of up to this much latency.
+    ///
+    /// It lingers only while it keeps up: not after a batch whose oldest event waited longer than
+    /// a second, or twice the linger, from its commit to its claim (a backlog, where the next
+    /// claim finds work at once, such as the later events of a few long aggregates). An event
+    /// committed while the relay is idle is claimed at once, a full batch is followed by the
+    /// next claim at once, [`Relay::drain`](crate::Relay::drain) never lingers, and a relay that
+    /// is stopped while it lingers stops at once.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger.min(MAX_LINGER);
         self
+    }
+
+    /// Whether a batch whose oldest event waited `waited` from its commit to its claim was
+    /// taken by a relay keeping up, after which it lingers (see [`Self::linger`]).
+    pub(crate) fn keeping_up(&self, waited: Duration) -> bool {
+        waited <= (self.linger * 2).max(Duration::from_secs(1))
     }
 
     /// When failed events are retried.

@@ -30,11 +30,13 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
     /// The two run at the same time where [`Self::overlaps`] and the batch was full (a backlog:
     /// the next claim will find work); otherwise the claim follows the delivery, so that it also
     /// takes the events that follow the delivered ones in their aggregates, and a quiet outbox
-    /// costs one claim per batch, not two. After a batch that was not full, the claim starts no
-    /// sooner than [`RelayConfig::linger`](crate::RelayConfig::linger) after the delivery did.
+    /// costs one claim per batch, not two. With `linger`, after a batch that was not full and
+    /// was claimed while keeping up, the claim starts no sooner than
+    /// [`RelayConfig::linger`](crate::RelayConfig::linger) after the delivery did.
     pub(super) async fn deliver_and_claim(
         &self,
         batch: Vec<OutboxRecord>,
+        linger: bool,
     ) -> (
         Result<Vec<OutboxRecord>, Error>,
         Result<BatchReport, Error>,
@@ -46,8 +48,21 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             (next, delivered, true)
         } else {
             let started = tokio::time::Instant::now();
+            let linger = linger && !self.config.linger.is_zero() && {
+                let waited = batch
+                    .iter()
+                    .filter_map(|r| r.last_publish_time.map(|claimed| claimed - r.create_time))
+                    .max()
+                    .and_then(|waited| waited.to_std().ok())
+                    .unwrap_or_default();
+                self.config.keeping_up(waited)
+            };
             let (delivered, mut conn) = self.deliver_keeping(batch).await;
-            let linger = self.config.linger.saturating_sub(started.elapsed());
+            let linger = if linger {
+                self.config.linger.saturating_sub(started.elapsed())
+            } else {
+                std::time::Duration::ZERO
+            };
             if !linger.is_zero() {
                 // Not held while lingering: the pool may be small.
                 conn = None;

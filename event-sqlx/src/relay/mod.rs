@@ -115,7 +115,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         let mut batch = self.claim().await?;
         loop {
             while !batch.is_empty() {
-                let (next, delivered, overlapped) = self.deliver_and_claim(batch).await;
+                let (next, delivered, overlapped) = self.deliver_and_claim(batch, false).await;
                 match (delivered, next) {
                     (Ok(report), Ok(next)) => {
                         total += report;

@@ -134,7 +134,7 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
                 }
             }
             if !batch.is_empty() {
-                let work = self.deliver_and_claim(std::mem::take(&mut batch));
+                let work = self.deliver_and_claim(std::mem::take(&mut batch), true);
                 tokio::pin!(work);
                 let (next, delivered, overlapped) = tokio::select! {
                     done = &mut work => done,
