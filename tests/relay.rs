@@ -1671,6 +1671,18 @@ async fn a_lingering_relay_claims_the_commits_that_follow_a_batch_together() {
     db.cleanup().await;
 }
 
+/// Commits one order placed and noted twice: three events of one aggregate, which a relay
+/// claims one at a time, in order.
+async fn commit_three_events_of_one_order(outbox: &event_sqlx::Outbox<sqlx::Sqlite>) {
+    let mut order = Order::place("o-long", 1).unwrap();
+    order.note("first note");
+    order.note("second note");
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let tx = outbox.pool().begin().await.unwrap();
+    let _ = outbox.commit(tx, uow).await.unwrap();
+}
+
 /// A relay behind a backlog claims again at once after a batch that was not full: here the
 /// events of one aggregate, committed ten minutes before the relay starts, one claim each in
 /// aggregate order. Lingering a minute after each, it would take two minutes.
@@ -1682,15 +1694,7 @@ async fn a_relay_behind_a_backlog_does_not_linger() {
     let clock = ManualClock::starting_now();
     let outbox =
         event_sqlx::Outbox::new(db.pool().clone(), OutboxConfig::new().clock(clock.clone()));
-    let mut order = Order::place("o-long", 1).unwrap();
-    order.note("first note");
-    order.note("second note");
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let _ = outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_three_events_of_one_order(&outbox).await;
     clock.advance(Duration::from_secs(600));
 
     let (publisher, mut received) = ChannelPublisher::channel(16);
@@ -1723,16 +1727,7 @@ async fn a_drain_does_not_linger() {
     let Some(db) = TestDb::sqlite().await else {
         return;
     };
-    let mut order = Order::place("o-long", 1).unwrap();
-    order.note("first note");
-    order.note("second note");
-    let mut uow = UnitOfWork::new(context());
-    uow.collect(&mut order).unwrap();
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
+    commit_three_events_of_one_order(&db.outbox).await;
     let (publisher, _received) = ChannelPublisher::channel(16);
     let relay = db.outbox.relay(
         publisher,
