@@ -46,8 +46,8 @@ impl RelayConfig {
     /// batches of 200, 15-second leases renewed every 5 s while a batch is in flight,
     /// per-aggregate order, the default backoff, polling every second when idle, a 10 ms
     /// linger under a steady stream, expired leases recovered every 5 s and retried 5 s after
-    /// recovery. A relay that dies leaves its
-    /// aggregates waiting at most lease + recovery interval + recovery delay = 25 s.
+    /// recovery. A relay that dies leaves its aggregates waiting at most lease + recovery
+    /// interval + recovery delay = 25 s.
     pub fn new(instance_id: impl Into<String>) -> RelayConfig {
         RelayConfig {
             instance_id: instance_id.into(),
