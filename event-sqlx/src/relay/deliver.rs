@@ -48,21 +48,20 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             (next, delivered, true)
         } else {
             let started = tokio::time::Instant::now();
-            let linger = linger && !self.config.linger.is_zero() && {
-                let waited = batch
-                    .iter()
-                    .filter_map(|r| r.last_publish_time.map(|claimed| claimed - r.create_time))
-                    .max()
-                    .and_then(|waited| waited.to_std().ok())
-                    .unwrap_or_default();
-                self.config.keeping_up(waited)
-            };
-            let (delivered, mut conn) = self.deliver_keeping(batch).await;
-            let linger = if linger {
-                self.config.linger.saturating_sub(started.elapsed())
+            // The longest any event of the batch waited from its commit to its claim.
+            let waited = batch
+                .iter()
+                .filter_map(|r| r.last_publish_time.map(|claimed| claimed - r.create_time))
+                .max()
+                .and_then(|waited| waited.to_std().ok())
+                .unwrap_or_default();
+            let linger = if linger && self.config.keeping_up(waited) {
+                self.config.linger
             } else {
                 std::time::Duration::ZERO
             };
+            let (delivered, mut conn) = self.deliver_keeping(batch).await;
+            let linger = linger.saturating_sub(started.elapsed());
             if !linger.is_zero() {
                 // Not held while lingering: the pool may be small.
                 conn = None;
