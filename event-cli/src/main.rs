@@ -93,16 +93,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    // A relay is one loop of round trips: on a single-threaded runtime the task a reply wakes
-    // runs on the thread that read it, where a multi-threaded runtime hands each wake-up from the
-    // thread polling the sockets to the one running `block_on`. That cost the relay's process a
-    // third of its CPU under a steady stream and a quarter in a drain (see Performance). The
-    // console serves requests in parallel and keeps the multi-threaded runtime.
-    let mut builder = match cli.command {
-        Command::Relay(_) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("eventctl: cannot start the async runtime: {e}");
