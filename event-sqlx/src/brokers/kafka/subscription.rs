@@ -2,11 +2,15 @@
 //! committed only after the inbox transaction of the messages before it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::ClientContext;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::consumer::Consumer;
@@ -37,6 +41,142 @@ pub struct KafkaSubscription {
 pub(super) struct Held {
     messages: Vec<rdkafka::message::OwnedMessage>,
     processed: BTreeMap<(String, i32), i64>,
+    follow: Follow,
+}
+
+/// A topic and a partition.
+type Partition = (String, i32);
+
+/// How long a jump in a partition's offsets is read again before it is taken for offsets that
+/// hold no record.
+const JUMP_WAIT: Duration = Duration::from_millis(500);
+
+/// Where the reading of each assigned partition stands, to notice a record batch passed over.
+///
+/// Offsets of a partition come one after the other, except where no record is (a compacted
+/// topic, the markers of Kafka transactions). A broker that shows a batch before the batch at
+/// the offsets below it is stored (Tansu 0.6.0 does, when several producers write one
+/// partition) makes the consumer jump over records it will never fetch again: the partition's
+/// committed offset then moves past records never applied. So when a record's offset is past
+/// the one expected, the partition is read again from the offset expected, until the same jump
+/// has been seen for [`JUMP_WAIT`]; only then are the offsets in between taken to hold no record.
+#[derive(Debug, Default)]
+pub(super) struct Follow {
+    /// The offset expected next, per partition read since it was assigned (or its committed
+    /// offset, when the group had one).
+    next: BTreeMap<Partition, i64>,
+    /// A jump being read again, per partition.
+    jumps: BTreeMap<Partition, Jump>,
+}
+
+/// A jump in a partition's offsets: expected `from`, got `to`, first at `since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Jump {
+    from: i64,
+    to: i64,
+    since: Instant,
+}
+
+/// What to do with a record, by its offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Process it.
+    Take,
+    /// Process it: the offsets `from..to` before it were read again for [`JUMP_WAIT`] and hold
+    /// no record.
+    TakePast { from: i64, to: i64 },
+    /// Drop it, and the partition's records after it: read the partition again from this
+    /// offset.
+    Reread(i64),
+}
+
+impl Follow {
+    /// The group assigned `partition` (starting at its committed offset, when known) or
+    /// revoked it (`None`).
+    fn assigned(&mut self, partition: Partition, start: Option<Option<i64>>) {
+        self.jumps.remove(&partition);
+        match start {
+            Some(Some(offset)) => self.next.insert(partition, offset),
+            Some(None) | None => self.next.remove(&partition),
+        };
+    }
+
+    /// What to do with the record at `offset` of `partition`, read at `now`.
+    fn step(&mut self, partition: &Partition, offset: i64, now: Instant) -> Step {
+        let step = match self.next.get(partition) {
+            Some(&from) if offset > from => {
+                let jump = Jump {
+                    from,
+                    to: offset,
+                    since: now,
+                };
+                match self.jumps.get(partition) {
+                    Some(seen) if (seen.from, seen.to) == (from, offset) => {
+                        if now.saturating_duration_since(seen.since) < JUMP_WAIT {
+                            return Step::Reread(from);
+                        }
+                        Step::TakePast { from, to: offset }
+                    }
+                    _ => {
+                        self.jumps.insert(partition.clone(), jump);
+                        return Step::Reread(from);
+                    }
+                }
+            }
+            _ => Step::Take,
+        };
+        self.jumps.remove(partition);
+        // Set, not raised: a record below the offset expected comes after a seek back.
+        self.next.insert(partition.clone(), offset + 1);
+        step
+    }
+}
+
+/// The consumer's context: the partitions each rebalance assigns or revokes, with the offsets
+/// committed for those assigned, kept for the subscription to read before its next batch.
+#[derive(Default)]
+struct GroupContext {
+    changes: Mutex<Vec<(Partition, Option<Option<i64>>)>>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let changes: Vec<(Partition, Option<Option<i64>>)> = match rebalance {
+            Rebalance::Assign(assigned) => {
+                // Where reading starts: the committed offsets, asked once per rebalance.
+                let committed = consumer
+                    .committed_offsets((*assigned).clone(), Duration::from_secs(2))
+                    .map_err(|e| tracing::debug!(error = %e, "could not read the committed offsets of the partitions assigned"))
+                    .ok();
+                assigned
+                    .elements()
+                    .iter()
+                    .map(|e| {
+                        let partition = (e.topic().to_owned(), e.partition());
+                        let start = committed.as_ref().and_then(|c| {
+                            match c.find_partition(e.topic(), e.partition())?.offset() {
+                                Offset::Offset(offset) => Some(offset),
+                                _ => None,
+                            }
+                        });
+                        (partition, Some(start))
+                    })
+                    .collect()
+            }
+            Rebalance::Revoke(revoked) => revoked
+                .elements()
+                .iter()
+                .map(|e| ((e.topic().to_owned(), e.partition()), None))
+                .collect(),
+            Rebalance::Error(_) => return,
+        };
+        self.changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(changes);
+    }
 }
 
 impl Held {
@@ -73,12 +213,12 @@ impl Held {
 /// The group consumer, closed on a thread of its own when dropped: librdkafka's close leaves the
 /// group and waits for the coordinator's answer without a bound, so a silent broker would
 /// otherwise hold the thread that drops the subscription (an async worker) for good.
-struct GroupConsumer(Option<StreamConsumer>);
+struct GroupConsumer(Option<StreamConsumer<GroupContext>>);
 
 impl std::ops::Deref for GroupConsumer {
-    type Target = StreamConsumer;
+    type Target = StreamConsumer<GroupContext>;
 
-    fn deref(&self) -> &StreamConsumer {
+    fn deref(&self) -> &StreamConsumer<GroupContext> {
         // Taken only in `drop`.
         self.0
             .as_ref()
@@ -141,8 +281,8 @@ impl KafkaSubscription {
         config
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
-        let consumer: StreamConsumer = config
-            .create()
+        let consumer: StreamConsumer<GroupContext> = config
+            .create_with_context(GroupContext::default())
             .map_err(|e| fail("cannot create the consumer".into(), e))?;
         check_reachable(bootstrap)
             .await
@@ -186,6 +326,13 @@ impl KafkaSubscription {
     /// ([`Processed::Early`](crate::Processed::Early)) is held and tried again after the next
     /// batch and every quarter second, while the others go on; its partition's committed offset
     /// stays at it until it is processed.
+    ///
+    /// A record whose offset is past the one after the record before it in its partition makes
+    /// the partition be read again from the offset expected, until the same jump has been seen
+    /// for half a second: a broker that shows a record batch before the batch at the offsets
+    /// below it is stored (Tansu 0.6.0, with several producers on one partition) would
+    /// otherwise have records passed over for good. Offsets that hold no record (a compacted
+    /// topic, transaction markers) cost that half second each.
     pub async fn drain<DB: Backend, R: Routes<DB>>(
         &self,
         consumer: &Consumer<DB, R>,
@@ -242,6 +389,10 @@ impl KafkaSubscription {
                     None => break,
                 }
             }
+            let batch = self.follow(consumer, &mut held.follow, batch);
+            if batch.is_empty() {
+                continue;
+            }
             let early =
                 match crate::brokers::receive_batch(consumer, &batch, source(), report).await {
                     Ok(early) => early,
@@ -271,6 +422,74 @@ impl KafkaSubscription {
             partitions.dedup();
             self.commit(consumer, &held, &partitions);
         }
+    }
+
+    /// The records of `batch` to process: a partition whose offsets jump is read again from the
+    /// offset expected (see [`Follow`]), and its records from the jump on are dropped.
+    fn follow<'m, DB: Backend, R: Routes<DB>>(
+        &self,
+        consumer: &Consumer<DB, R>,
+        follow: &mut Follow,
+        batch: Vec<BorrowedMessage<'m>>,
+    ) -> Vec<BorrowedMessage<'m>> {
+        let changes = std::mem::take(
+            &mut *self
+                .consumer
+                .context()
+                .changes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (partition, start) in changes {
+            follow.assigned(partition, start);
+        }
+        let now = Instant::now();
+        let mut reread: Vec<Partition> = Vec::new();
+        batch
+            .into_iter()
+            .filter(|m| {
+                let partition = (m.topic().to_owned(), m.partition());
+                if reread.contains(&partition) {
+                    return false;
+                }
+                match follow.step(&partition, m.offset(), now) {
+                    Step::Take => true,
+                    Step::TakePast { from, to } => {
+                        tracing::warn!(
+                            consumer = consumer.name(),
+                            topic = m.topic(),
+                            partition = m.partition(),
+                            "offsets {from} to {} hold no record after {JUMP_WAIT:?} of reading \
+                             again (a compacted topic, or transaction markers); going on",
+                            to - 1
+                        );
+                        true
+                    }
+                    Step::Reread(from) => {
+                        tracing::debug!(
+                            consumer = consumer.name(),
+                            topic = m.topic(),
+                            partition = m.partition(),
+                            expected = from,
+                            got = m.offset(),
+                            "offsets jumped; reading the partition again from the offset expected"
+                        );
+                        // Timeout zero: the seek is started, and the next fetch reads from
+                        // there. One that fails (the partition was just revoked) leaves the
+                        // partition to its next owner, from the committed offset, which is not
+                        // past the jump.
+                        if let Err(e) =
+                            self.consumer
+                                .seek(m.topic(), m.partition(), Offset::Offset(from), Duration::ZERO)
+                        {
+                            tracing::debug!(consumer = consumer.name(), error = %e, "could not read a partition again");
+                        }
+                        reread.push(partition);
+                        false
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Tries the held messages again, keeps those still early, and commits the offsets they
@@ -383,5 +602,85 @@ impl crate::brokers::Drain for KafkaSubscription {
         report: &mut crate::brokers::ConsumeReport,
     ) -> Result<(), Error> {
         self.drain_into(consumer, idle, report).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> Partition {
+        ("orders".to_owned(), 1)
+    }
+
+    #[test]
+    fn offsets_one_after_the_other_are_taken() {
+        let (mut follow, now) = (Follow::default(), Instant::now());
+        for offset in 7..10 {
+            assert_eq!(follow.step(&p(), offset, now), Step::Take);
+        }
+        assert_eq!(follow.next.get(&p()), Some(&10));
+    }
+
+    #[test]
+    fn a_jump_is_read_again_until_it_has_stood_for_the_wait() {
+        let (mut follow, start) = (Follow::default(), Instant::now());
+        assert_eq!(follow.step(&p(), 270, start), Step::Take);
+        // 271..335 passed over: read again from 271, and again while the jump is young.
+        assert_eq!(follow.step(&p(), 335, start), Step::Reread(271));
+        let young = start + JUMP_WAIT / 2;
+        assert_eq!(follow.step(&p(), 335, young), Step::Reread(271));
+        // The same jump after the wait: offsets without records.
+        let old = start + JUMP_WAIT;
+        assert_eq!(
+            follow.step(&p(), 335, old),
+            Step::TakePast { from: 271, to: 335 }
+        );
+        assert_eq!(follow.step(&p(), 336, old), Step::Take);
+        assert!(follow.jumps.is_empty());
+    }
+
+    #[test]
+    fn a_batch_that_arrives_on_reading_again_ends_the_jump() {
+        let (mut follow, start) = (Follow::default(), Instant::now());
+        assert_eq!(follow.step(&p(), 270, start), Step::Take);
+        assert_eq!(follow.step(&p(), 335, start), Step::Reread(271));
+        for offset in 271..=335 {
+            assert_eq!(follow.step(&p(), offset, start), Step::Take, "{offset}");
+        }
+        assert!(follow.jumps.is_empty());
+        // A later jump waits its own time.
+        let later = start + JUMP_WAIT * 3;
+        assert_eq!(follow.step(&p(), 400, later), Step::Reread(336));
+    }
+
+    #[test]
+    fn a_jump_to_another_offset_starts_its_wait_again() {
+        let (mut follow, start) = (Follow::default(), Instant::now());
+        assert_eq!(follow.step(&p(), 10, start), Step::Take);
+        assert_eq!(follow.step(&p(), 30, start), Step::Reread(11));
+        let later = start + JUMP_WAIT;
+        // Part of the gap was stored meanwhile: a new jump, a new wait.
+        assert_eq!(follow.step(&p(), 20, later), Step::Reread(11));
+        assert_eq!(
+            follow.step(&p(), 20, later + JUMP_WAIT / 2),
+            Step::Reread(11)
+        );
+    }
+
+    #[test]
+    fn reading_starts_at_the_committed_offset_of_a_partition_assigned() {
+        let (mut follow, now) = (Follow::default(), Instant::now());
+        follow.assigned(p(), Some(Some(271)));
+        assert_eq!(follow.step(&p(), 335, now), Step::Reread(271));
+        // Revoked, then assigned with no committed offset: the first record sets the start.
+        follow.assigned(p(), None);
+        assert!(follow.jumps.is_empty());
+        follow.assigned(p(), Some(None));
+        assert_eq!(follow.step(&p(), 335, now), Step::Take);
+        // A record below the offset expected (after a seek back) is taken, and reading
+        // follows from it.
+        assert_eq!(follow.step(&p(), 300, now), Step::Take);
+        assert_eq!(follow.step(&p(), 302, now), Step::Reread(301));
     }
 }
