@@ -58,8 +58,9 @@ const JUMP_WAIT: Duration = Duration::from_millis(500);
 /// the offsets below it is stored (Tansu 0.6.0 does, when several producers write one
 /// partition) makes the consumer jump over records it will never fetch again: the partition's
 /// committed offset then moves past records never applied. So when a record's offset is past
-/// the one expected, the partition is read again from the offset expected, until the same jump
-/// has been seen for [`JUMP_WAIT`]; only then are the offsets in between taken to hold no record.
+/// the one expected, the partition is read again from the offset expected, until that offset
+/// has gone unread for [`JUMP_WAIT`]; only then are the offsets in between taken to hold no
+/// record.
 #[derive(Debug, Default)]
 pub(super) struct Follow {
     /// The offset expected next, per partition read since it was assigned (or its committed
@@ -69,12 +70,19 @@ pub(super) struct Follow {
     jumps: BTreeMap<Partition, Jump>,
 }
 
-/// A jump in a partition's offsets: expected `from`, got `to`, first at `since`.
+/// A jump in a partition's offsets: `from` expected, not read since `since`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Jump {
     from: i64,
-    to: i64,
     since: Instant,
+}
+
+/// What a rebalance did to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Assigned, reading from the committed offset when the group has one.
+    Assigned(Option<i64>),
+    Revoked,
 }
 
 /// What to do with a record, by its offset.
@@ -91,38 +99,32 @@ pub(super) enum Step {
 }
 
 impl Follow {
-    /// The group assigned `partition` (starting at its committed offset, when known) or
-    /// revoked it (`None`).
-    fn assigned(&mut self, partition: Partition, start: Option<Option<i64>>) {
+    /// A rebalance assigned or revoked `partition`.
+    fn rebalanced(&mut self, partition: Partition, change: Change) {
         self.jumps.remove(&partition);
-        match start {
-            Some(Some(offset)) => self.next.insert(partition, offset),
-            Some(None) | None => self.next.remove(&partition),
+        match change {
+            Change::Assigned(Some(offset)) => self.next.insert(partition, offset),
+            Change::Assigned(None) | Change::Revoked => self.next.remove(&partition),
         };
     }
 
     /// What to do with the record at `offset` of `partition`, read at `now`.
     fn step(&mut self, partition: &Partition, offset: i64, now: Instant) -> Step {
         let step = match self.next.get(partition) {
-            Some(&from) if offset > from => {
-                let jump = Jump {
-                    from,
-                    to: offset,
-                    since: now,
-                };
-                match self.jumps.get(partition) {
-                    Some(seen) if (seen.from, seen.to) == (from, offset) => {
-                        if now.saturating_duration_since(seen.since) < JUMP_WAIT {
-                            return Step::Reread(from);
-                        }
-                        Step::TakePast { from, to: offset }
-                    }
-                    _ => {
-                        self.jumps.insert(partition.clone(), jump);
+            Some(&from) if offset > from => match self.jumps.get(partition) {
+                // Whatever the record after the jump: `from` is what has not been read.
+                Some(seen) if seen.from == from => {
+                    if now.saturating_duration_since(seen.since) < JUMP_WAIT {
                         return Step::Reread(from);
                     }
+                    Step::TakePast { from, to: offset }
                 }
-            }
+                _ => {
+                    let jump = Jump { from, since: now };
+                    self.jumps.insert(partition.clone(), jump);
+                    return Step::Reread(from);
+                }
+            },
             _ => Step::Take,
         };
         self.jumps.remove(partition);
@@ -136,14 +138,14 @@ impl Follow {
 /// committed for those assigned, kept for the subscription to read before its next batch.
 #[derive(Default)]
 struct GroupContext {
-    changes: Mutex<Vec<(Partition, Option<Option<i64>>)>>,
+    changes: Mutex<Vec<(Partition, Change)>>,
 }
 
 impl ClientContext for GroupContext {}
 
 impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let changes: Vec<(Partition, Option<Option<i64>>)> = match rebalance {
+        let changes: Vec<(Partition, Change)> = match rebalance {
             Rebalance::Assign(assigned) => {
                 // Where reading starts: the committed offsets, asked once per rebalance.
                 let committed = consumer
@@ -161,14 +163,14 @@ impl ConsumerContext for GroupContext {
                                 _ => None,
                             }
                         });
-                        (partition, Some(start))
+                        (partition, Change::Assigned(start))
                     })
                     .collect()
             }
             Rebalance::Revoke(revoked) => revoked
                 .elements()
                 .iter()
-                .map(|e| ((e.topic().to_owned(), e.partition()), None))
+                .map(|e| ((e.topic().to_owned(), e.partition()), Change::Revoked))
                 .collect(),
             Rebalance::Error(_) => return,
         };
@@ -328,7 +330,7 @@ impl KafkaSubscription {
     /// stays at it until it is processed.
     ///
     /// A record whose offset is past the one after the record before it in its partition makes
-    /// the partition be read again from the offset expected, until the same jump has been seen
+    /// the partition be read again from the offset expected, until that offset has gone unread
     /// for half a second: a broker that shows a record batch before the batch at the offsets
     /// below it is stored (Tansu 0.6.0, with several producers on one partition) would
     /// otherwise have records passed over for good. Offsets that hold no record (a compacted
@@ -440,8 +442,8 @@ impl KafkaSubscription {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        for (partition, start) in changes {
-            follow.assigned(partition, start);
+        for (partition, change) in changes {
+            follow.rebalanced(partition, change);
         }
         let now = Instant::now();
         let mut reread: Vec<Partition> = Vec::new();
@@ -655,28 +657,37 @@ mod tests {
     }
 
     #[test]
-    fn a_jump_to_another_offset_starts_its_wait_again() {
+    fn the_wait_counts_from_the_first_jump_whatever_comes_after_it() {
         let (mut follow, start) = (Follow::default(), Instant::now());
         assert_eq!(follow.step(&p(), 10, start), Step::Take);
         assert_eq!(follow.step(&p(), 30, start), Step::Reread(11));
-        let later = start + JUMP_WAIT;
-        // Part of the gap was stored meanwhile: a new jump, a new wait.
-        assert_eq!(follow.step(&p(), 20, later), Step::Reread(11));
+        // Records after the jump keep coming (the seek back has not taken effect yet, or
+        // part of the gap was stored): still the jump from 11.
         assert_eq!(
-            follow.step(&p(), 20, later + JUMP_WAIT / 2),
+            follow.step(&p(), 31, start + JUMP_WAIT / 2),
             Step::Reread(11)
         );
+        assert_eq!(
+            follow.step(&p(), 20, start + JUMP_WAIT),
+            Step::TakePast { from: 11, to: 20 }
+        );
+        // Offset 11 read: the jump is over, and a later one waits its own time.
+        let mut follow = Follow::default();
+        assert_eq!(follow.step(&p(), 10, start), Step::Take);
+        assert_eq!(follow.step(&p(), 30, start), Step::Reread(11));
+        assert_eq!(follow.step(&p(), 11, start + JUMP_WAIT), Step::Take);
+        assert_eq!(follow.step(&p(), 13, start + JUMP_WAIT), Step::Reread(12));
     }
 
     #[test]
     fn reading_starts_at_the_committed_offset_of_a_partition_assigned() {
         let (mut follow, now) = (Follow::default(), Instant::now());
-        follow.assigned(p(), Some(Some(271)));
+        follow.rebalanced(p(), Change::Assigned(Some(271)));
         assert_eq!(follow.step(&p(), 335, now), Step::Reread(271));
         // Revoked, then assigned with no committed offset: the first record sets the start.
-        follow.assigned(p(), None);
+        follow.rebalanced(p(), Change::Revoked);
         assert!(follow.jumps.is_empty());
-        follow.assigned(p(), Some(None));
+        follow.rebalanced(p(), Change::Assigned(None));
         assert_eq!(follow.step(&p(), 335, now), Step::Take);
         // A record below the offset expected (after a seek back) is taken, and reading
         // follows from it.
