@@ -3,7 +3,8 @@
 //! whose acknowledgements are lost fails within one deadline (not one per message), and after
 //! every connection to the broker is cut, a running relay publishes again within seconds of the
 //! link coming back, with no event's retry count raised by the outage; a Kafka subscription
-//! dropped while its broker is silent does not hold the dropping thread.
+//! dropped while its broker is silent does not hold the dropping thread, and one reading past
+//! offsets that hold no record goes on.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -548,6 +549,73 @@ async fn a_kafka_subscription_is_dropped_at_once_while_its_broker_is_silent() {
         .expect("the subscription was dropped within 5 s of its broker falling silent")
         .unwrap();
     proxy.set(Fault::Pass);
+    db.cleanup().await;
+}
+
+/// Offsets that hold no record (here the marker a Kafka transaction leaves) do not stall a
+/// Kafka subscription: it reads the partition again from the offset it expected, as it does
+/// when a broker shows a batch before the one below it is stored, and once that offset has gone
+/// unread for the wait it goes on, applying each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_subscription_goes_on_past_offsets_that_hold_no_record() {
+    use event_core::{EventContext, UnitOfWork};
+    use event_sqlx::{Consumer, Delivered, KafkaSubscription};
+    use event_tests::fixtures::{OrderPlaced, bodies};
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+
+    let url = event_tests::db::kafka_url();
+    let Some(publisher) = reachable("Kafka", &url, KafkaPublisher::connect(&url).await) else {
+        return;
+    };
+    let topic = unique("markers").replace('_', "-");
+    publisher.ensure_topic(&topic, 1).await.unwrap();
+    let db = TestDb::sqlite().await.unwrap();
+    let outbox = outbox_on(&db, &topic);
+    let relay = outbox.relay(publisher, RelayConfig::new("markers-relay"));
+    place(&outbox, "before-", 3).await;
+    assert_eq!(relay.run_once().await.unwrap().published, 3);
+    // One event in a transaction: its record at offset 3, the commit marker at offset 4.
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    uow.collect(&mut Order::place("in-transaction", 1).unwrap())
+        .unwrap();
+    let body = bodies(uow).remove(0);
+    let transactional: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &url)
+        .set("transactional.id", &topic)
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(10);
+    transactional.init_transactions(timeout).unwrap();
+    transactional.begin_transaction().unwrap();
+    let record = FutureRecord::to(&topic)
+        .key("in-transaction")
+        .payload(&body);
+    transactional.send(record, timeout).await.unwrap();
+    transactional.commit_transaction(timeout).unwrap();
+    place(&outbox, "after-", 3).await;
+    assert_eq!(relay.run_once().await.unwrap().published, 3);
+
+    let consumer = Consumer::new(db.pool().clone(), "markers-service", "1.0.0")
+        .on(async |_tx: &mut sqlx::SqliteConnection, _placed: Delivered<OrderPlaced>| Ok(()));
+    let subscription = KafkaSubscription::subscribe(&url, &unique("markers"), &[&topic])
+        .await
+        .unwrap();
+    let mut applied = 0;
+    wait::until(Duration::from_secs(60), async || {
+        // Bounded: a subscription stuck reading the marker's offset again would never be idle.
+        let drain = subscription.drain(&consumer, Duration::from_secs(1));
+        let report = tokio::time::timeout(Duration::from_secs(20), drain)
+            .await
+            .map_err(|_| format!("{applied} of 7 applied, and the drain did not end in 20 s"))?
+            .map_err(|e| e.to_string())?;
+        assert_eq!(report.duplicates, 0, "{report:?}");
+        applied += report.applied;
+        match applied {
+            7 => Ok(()),
+            n => Err(format!("{n} of 7 applied")),
+        }
+    })
+    .await;
     db.cleanup().await;
 }
 
