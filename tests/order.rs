@@ -125,6 +125,20 @@ async fn a_batch_applies_what_is_in_sequence_and_gives_back_the_rest<DB: Orders>
             })
             .collect()
     };
+    // The note twice in one batch (delivered again while the first delivery waited in the
+    // consumer's buffer): both early, both given back. Acknowledging the repeat as a duplicate
+    // would, on JetStream, acknowledge the message itself, and the note would never be applied.
+    let outcomes = consumer
+        .receive_batch(&batch(&[NOTE_3, NOTE_3]))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            Processed::Early { waits_for: 1 },
+            Processed::Early { waits_for: 1 }
+        ]
+    );
     // o-1's note first, then its placement and payment, then o-2: the note waits for the
     // payment, which comes after it in the batch.
     let outcomes = consumer

@@ -51,17 +51,24 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         }
         let mut outcomes: Vec<Option<Processed>> = vec![None; messages.len()];
         let mut batch: Vec<(usize, EventEnvelope)> = Vec::with_capacity(messages.len());
-        let mut ids = std::collections::HashSet::with_capacity(messages.len());
+        let mut first = std::collections::HashMap::with_capacity(messages.len());
+        // The same event again in one batch (a broker delivering it again while the first
+        // delivery waited, unprocessed, in the consumer's buffer): each repeat with the index of
+        // its first occurrence.
+        let mut repeats: Vec<(usize, usize)> = Vec::new();
         for (i, message) in messages.iter().enumerate() {
             match serde_json::from_slice::<EventEnvelope>(message.body) {
                 Ok(envelope)
                     if self.batches(&envelope.event_type) && !self.inbox.rejects_stale() =>
                 {
-                    if ids.insert(envelope.event_id.to_string()) {
-                        batch.push((i, envelope));
-                    } else {
-                        // The same event twice in one batch: the first occurrence decides.
-                        outcomes[i] = Some(Processed::Duplicate);
+                    match first.entry(envelope.event_id.to_string()) {
+                        std::collections::hash_map::Entry::Vacant(entry) => {
+                            entry.insert(i);
+                            batch.push((i, envelope));
+                        }
+                        std::collections::hash_map::Entry::Occupied(entry) => {
+                            repeats.push((i, *entry.get()));
+                        }
                     }
                 }
                 _ => outcomes[i] = Some(self.receive(message.body, message.message_id).await?),
@@ -75,6 +82,18 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         self.apply_batch(&batch, messages, &mut outcomes)
             .instrument(span)
             .await?;
+        // The first occurrence decides: a repeat is a duplicate, unless the first came early.
+        // Then the repeat is early too, and given back with it: acknowledging it would, on a
+        // broker that acknowledges a message whichever delivery the ack names (JetStream), take
+        // the event for done while it was never applied.
+        for (i, at) in repeats {
+            outcomes[i] = Some(match &outcomes[at] {
+                Some(Processed::Early { waits_for }) => Processed::Early {
+                    waits_for: *waits_for,
+                },
+                _ => Processed::Duplicate,
+            });
+        }
         Ok(outcomes
             .into_iter()
             .map(|outcome| outcome.unwrap_or(Processed::Ignored))
