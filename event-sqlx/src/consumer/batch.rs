@@ -43,6 +43,10 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
     /// events](Consumer::reject_stale), whose guard reads the aggregate's last applied sequence
     /// before each event.
     ///
+    /// An event that comes twice in one batch is processed once: the repeat is a
+    /// [`Processed::Duplicate`], or [`Processed::Early`] when its first occurrence is (give both
+    /// back).
+    ///
     /// On `Err` (a bug, or a database down for longer than the retries), do not acknowledge the
     /// batch: what was committed before the error is found a duplicate when delivered again.
     pub async fn receive_batch(&self, messages: &[Received<'_>]) -> Result<Vec<Processed>, Error> {
