@@ -364,6 +364,20 @@ pub async fn postgres_with(path: event_sqlx::CommitPath) -> Option<TestDb<Postgr
     Some(db)
 }
 
+/// PostgreSQL with the outbox migrated to the lean index profile.
+pub async fn postgres_lean() -> Option<TestDb<Postgres>> {
+    let mut db = TestDb::postgres().await?;
+    db.outbox = event_sqlx::Outbox::new(
+        db.pool().clone(),
+        event_sqlx::OutboxConfig::new().index_profile(event_sqlx::IndexProfile::Lean),
+    );
+    db.outbox
+        .migrate()
+        .await
+        .expect("the lean profile is migrated");
+    Some(db)
+}
+
 /// The index DDL that lets a MySQL or MariaDB relay check each aggregate's order from its
 /// unpublished events alone (the guide's "Order per aggregate").
 pub const MYSQL_STATUS_INDEX: &str = "ALTER TABLE biz_outbox_event ADD KEY \

@@ -12,7 +12,9 @@ use event_sqlx::{
     Backoff, ChannelPublisher, Clock, CommitPath, EventStatus, ManualClock, OutboxConfig,
     OutboxMessage, PublishError, Publisher, RelayConfig,
 };
-use event_tests::db::{MYSQL_STATUS_INDEX, Orders, TestDb, mysql_with_status_index, postgres_with};
+use event_tests::db::{
+    MYSQL_STATUS_INDEX, Orders, TestDb, mysql_with_status_index, postgres_lean, postgres_with,
+};
 use event_tests::fixtures::{Order, context, place};
 
 /// Fails every event whose event number is listed; sends the rest into a channel.
@@ -512,8 +514,9 @@ where
 // Bound on PostgreSQL, as the commit rules (tests/commit.rs).
 event_tests::on_every_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    postgres = postgres_with(CommitPath::Bound), mysql = TestDb::mysql(),
-    mysql_status_index = mysql_with_status_index(), sqlite = TestDb::sqlite();
+    postgres = postgres_with(CommitPath::Bound), postgres_lean = postgres_lean(),
+    mysql = TestDb::mysql(), mysql_status_index = mysql_with_status_index(),
+    sqlite = TestDb::sqlite();
     four_relays_publish_every_event_exactly_once_in_aggregate_order,
     drain_publishes_every_claimable_event_in_aggregate_order,
     relays_draining_together_finish_only_when_nothing_is_left,
@@ -883,56 +886,51 @@ async fn mysql_claim_reads_only_unpublished_events_with_the_status_index() {
     db.cleanup().await;
 }
 
-/// On MySQL a claim decides each candidate by its previous event when it can: published lets
-/// it go, unpublished holds it back, and past a cancelled, deleted or absent (archived) one the
-/// earlier events decide. The same events go out with and without the status index.
-async fn mysql_claims_as_the_earlier_events_decide(db: TestDb<sqlx::MySql>) {
-    place(&db, "o-template", false).await;
-    let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
-    let due_tomorrow = |status| (status, Some(tomorrow));
-    let now = |status| (status, None);
+/// Marks `o-g:1` deleted.
+const DELETE_G1: &str =
+    "UPDATE biz_outbox_event SET deleted = 1 WHERE aggregate_id = 'o-g' AND aggregate_sequence = 1";
+
+/// The events before a drain in `claims_as_the_earlier_events_decide`, beside the order
+/// `o-template`: aggregate, sequence, status, and whether it is due only tomorrow.
+const EARLIER_EVENTS: [(&str, i64, EventStatus, bool); 17] = {
     use EventStatus::{Cancelled, Failed, Pending, Succeeded};
-    let events = [
+    [
         // After a cancelled event, behind a published one: goes.
-        ("a", 1, now(Succeeded)),
-        ("a", 2, now(Cancelled)),
-        ("a", 3, now(Pending)),
+        ("a", 1, Succeeded, false),
+        ("a", 2, Cancelled, false),
+        ("a", 3, Pending, false),
         // After a cancelled event, behind a failed one: waits.
-        ("b", 1, due_tomorrow(Failed)),
-        ("b", 2, now(Cancelled)),
-        ("b", 3, now(Pending)),
+        ("b", 1, Failed, true),
+        ("b", 2, Cancelled, false),
+        ("b", 3, Pending, false),
         // Right behind a failed one: waits.
-        ("c", 1, due_tomorrow(Failed)),
-        ("c", 2, now(Pending)),
+        ("c", 1, Failed, true),
+        ("c", 2, Pending, false),
         // The first event archived: goes.
-        ("d", 2, now(Pending)),
+        ("d", 2, Pending, false),
         // Behind a published one: goes, and so does the next in the same drain.
-        ("e", 1, now(Succeeded)),
-        ("e", 2, now(Pending)),
-        ("e", 3, now(Pending)),
+        ("e", 1, Succeeded, false),
+        ("e", 2, Pending, false),
+        ("e", 3, Pending, false),
         // Behind a deleted one: goes (the deleted one is not published either).
-        ("g", 1, now(Pending)),
-        ("g", 2, now(Pending)),
-    ];
-    for (aggregate, sequence, (status, next_retry_time)) in events {
-        let id = format!("'o-{aggregate}'");
-        let sequence = sequence.to_string();
-        copy_template(
-            &db,
-            1,
-            (id.as_str(), sequence.as_str()),
-            status,
-            next_retry_time,
-        )
-        .await;
-    }
-    sqlx::query(
-        "UPDATE biz_outbox_event SET deleted = 1 \
-         WHERE aggregate_id = 'o-g' AND aggregate_sequence = 1",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
+        ("g", 1, Pending, false),
+        ("g", 2, Pending, false),
+        // Right behind a published event that an unordered relay published past a failed one:
+        // goes where the previous event decides, waits where the unpublished events are read.
+        ("h", 1, Failed, true),
+        ("h", 2, Succeeded, false),
+        ("h", 3, Pending, false),
+    ]
+};
+
+/// A claim decides each candidate by its previous event when the table has no index of the
+/// unpublished events per aggregate (MySQL's migrations; PostgreSQL's lean profile reads back to
+/// the nearest earlier event that is neither cancelled nor deleted, which decides alike):
+/// published lets it go, unpublished holds it back, and past a cancelled, deleted or absent
+/// (archived) one the earlier events decide. `EARLIER_EVENTS` are in the outbox, and `o-g:1`
+/// is deleted ([`DELETE_G1`]); `past_published` tells whether a candidate behind a published
+/// event goes although an earlier one is unpublished (`o-h`).
+async fn claims_as_the_earlier_events_decide<DB: Orders>(db: &TestDb<DB>, past_published: bool) {
     let (publisher, mut received) = ChannelPublisher::channel(100);
     let report = db
         .outbox
@@ -949,25 +947,86 @@ async fn mysql_claims_as_the_earlier_events_decide(db: TestDb<sqlx::MySql>) {
         ));
     }
     published.sort();
-    assert_eq!(
-        published,
-        ["o-a:3", "o-d:2", "o-e:2", "o-e:3", "o-g:2", "o-template:1"],
-        "{report:?}"
-    );
+    let mut expected = vec!["o-a:3", "o-d:2", "o-e:2", "o-e:3", "o-g:2", "o-template:1"];
+    if past_published {
+        expected.insert(5, "o-h:3");
+    }
+    assert_eq!(published, expected, "{report:?}");
+}
+
+/// [`claims_as_the_earlier_events_decide`] on MySQL.
+async fn mysql_claims_as_the_earlier_events_decide(db: TestDb<sqlx::MySql>, past_published: bool) {
+    place(&db, "o-template", false).await;
+    let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+    for (aggregate, sequence, status, due_tomorrow) in EARLIER_EVENTS {
+        let id = format!("'o-{aggregate}'");
+        let sequence = sequence.to_string();
+        copy_template(
+            &db,
+            1,
+            (id.as_str(), sequence.as_str()),
+            status,
+            due_tomorrow.then_some(tomorrow),
+        )
+        .await;
+    }
+    sqlx::query(DELETE_G1).execute(db.pool()).await.unwrap();
+    claims_as_the_earlier_events_decide(&db, past_published).await;
     db.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_claims_as_the_earlier_events_decide_by_the_previous_event() {
     if let Some(db) = TestDb::mysql().await {
-        mysql_claims_as_the_earlier_events_decide(db).await;
+        mysql_claims_as_the_earlier_events_decide(db, true).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_claims_as_the_earlier_events_decide_with_the_status_index() {
     if let Some(db) = mysql_with_status_index().await {
-        mysql_claims_as_the_earlier_events_decide(db).await;
+        mysql_claims_as_the_earlier_events_decide(db, false).await;
+    }
+}
+
+/// PostgreSQL's lean profile has no partial index of the unpublished events per aggregate: a
+/// relay finds that when it starts and decides by the nearest earlier event that counts. With
+/// the migrations' indexes, the partial index decides (`o-h:3` waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_as_the_earlier_events_decide_in_either_profile() {
+    for lean in [true, false] {
+        let db = if lean {
+            postgres_lean().await
+        } else {
+            TestDb::postgres().await
+        };
+        let Some(db) = db else {
+            return;
+        };
+        place(&db, "o-template", false).await;
+        let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+        for (aggregate, sequence, status, due_tomorrow) in EARLIER_EVENTS {
+            sqlx::query(
+                "INSERT INTO biz_outbox_event (event_no, aggregate_type, aggregate_id, \
+                 aggregate_sequence, event_type, event_version, event_source, publish_channel, \
+                 topic, routing_key, event_payload, event_headers, publish_status, \
+                 next_retry_time) \
+                 SELECT $1 || ':' || $2, t.aggregate_type, $1, $2, t.event_type, \
+                 t.event_version, t.event_source, t.publish_channel, t.topic, t.routing_key, \
+                 t.event_payload, t.event_headers, $3, $4 \
+                 FROM biz_outbox_event t WHERE t.aggregate_id = 'o-template'",
+            )
+            .bind(format!("o-{aggregate}"))
+            .bind(sequence)
+            .bind(status.code())
+            .bind(due_tomorrow.then_some(tomorrow))
+            .execute(db.pool())
+            .await
+            .unwrap();
+        }
+        sqlx::query(DELETE_G1).execute(db.pool()).await.unwrap();
+        claims_as_the_earlier_events_decide(&db, lean).await;
+        db.cleanup().await;
     }
 }
 

@@ -16,7 +16,7 @@ use crate::output;
 pub(crate) struct MigrateArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// The outbox table's indexes: `seed` (the seed's twelve) or `lean` (PostgreSQL only: five
+    /// The outbox table's indexes: `seed` (the seed's twelve) or `lean` (PostgreSQL only: four
     /// touched by the producer's insert; the lookups by trace id, event type and topic move to
     /// the archive table). Migrating again with the other profile switches back.
     #[arg(long, value_enum, default_value_t = Profile::Seed)]

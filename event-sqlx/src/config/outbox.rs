@@ -70,12 +70,17 @@ pub enum IndexProfile {
     /// default.
     #[default]
     Seed,
-    /// PostgreSQL only: the producer's insert touches five indexes (the primary key, the two
-    /// unique keys, and the two partial indexes the relay claims with). The status indexes
-    /// become partial over in-progress, failed and final rows, which a new row is not, so only
-    /// the relay's updates maintain them. The lookups by trace id, event type and topic, and
-    /// by creation time, leave the outbox table: the archive table gets those indexes, and on
-    /// the outbox they scan (fine for the live rows of a table that is archived regularly).
+    /// PostgreSQL only: the producer's insert touches four indexes (the primary key, the two
+    /// unique keys, and the partial index of claimable events the relay claims with). The
+    /// status indexes become partial over in-progress, failed and final rows, which a new row is
+    /// not, so only the relay's updates maintain them. The lookups by trace id, event type and
+    /// topic, and by creation time, leave the outbox table: the archive table gets those
+    /// indexes, and on the outbox they scan (fine for the live rows of a table that is archived
+    /// regularly). The partial index of unpublished events per aggregate goes too: a claim
+    /// keeps each aggregate's order by reading the candidate's nearest earlier event that is
+    /// neither cancelled nor deleted, backwards on the unique key `(aggregate_type,
+    /// aggregate_id, aggregate_sequence)` (see the guide's "Order per aggregate"), so unordered
+    /// relays belong on a table of their own.
     Lean,
 }
 

@@ -159,9 +159,9 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
         }
     }
 
-    /// What a relay does when it starts: [`Self::prepare`], and on MySQL a look for the index
-    /// that bounds the per-aggregate check ([`Outbox::detect_order_index`]) and at whether
-    /// claims can run without gap locks ([`Outbox::detect_claim_isolation`]).
+    /// What a relay does when it starts: [`Self::prepare`], a look at the indexes that bound
+    /// the per-aggregate check ([`Outbox::detect_order_index`]), and on MySQL at whether claims
+    /// can run without gap locks ([`Outbox::detect_claim_isolation`]).
     async fn start(&self) {
         self.prepare().await;
         self.detect_claim_isolation().await;

@@ -1,5 +1,5 @@
 //! The outbox table's index profiles: the seed's twelve indexes, or a lean set for PostgreSQL
-//! that keeps the producer's insert to five index entries.
+//! that keeps the producer's insert to four index entries.
 
 use super::dialect::Dialect;
 use crate::config::outbox::IndexProfile;
@@ -7,7 +7,7 @@ use crate::status::EventStatus;
 
 /// The seed's operational indexes that the lean profile takes off the outbox table (each
 /// statement recreates one; the migrations created them).
-const SEED_ONLY: [&str; 8] = [
+const SEED_ONLY: [&str; 9] = [
     "CREATE INDEX IF NOT EXISTS outbox_idx_status_retry_time ON {t} (publish_status, next_retry_time, retry_count)",
     "CREATE INDEX IF NOT EXISTS outbox_idx_status_lock_until ON {t} (publish_status, lock_until)",
     "CREATE INDEX IF NOT EXISTS outbox_idx_aggregate ON {t} (aggregate_type, aggregate_id)",
@@ -16,11 +16,15 @@ const SEED_ONLY: [&str; 8] = [
     "CREATE INDEX IF NOT EXISTS outbox_idx_trace_id ON {t} (trace_id)",
     "CREATE INDEX IF NOT EXISTS outbox_idx_create_time ON {t} (create_time)",
     "CREATE INDEX IF NOT EXISTS outbox_idx_status_update_time ON {t} (publish_status, update_time)",
+    "CREATE INDEX IF NOT EXISTS outbox_idx_unpublished_aggregate ON {t} (aggregate_type, aggregate_id, aggregate_sequence) WHERE publish_status IN ({pending}, {in_progress}, {failed}) AND deleted = 0",
 ];
 
 /// What the lean profile puts in their place. The partial indexes hold rows only once they leave
 /// `pending` (in progress, failed, final), so the producer's insert never touches them; the
-/// relay's updates do. The lookups by trace id, event type and topic move to the archive.
+/// relay's updates do. The lookups by trace id, event type and topic move to the archive. The
+/// claim's per-aggregate check reads each candidate's nearest earlier event on the unique key
+/// `outbox_uk_aggregate_sequence` (`AggregateOrder::NearestEarlier`) instead of a partial index
+/// of the unpublished events, which a new row would enter.
 const LEAN_ONLY: [&str; 6] = [
     "CREATE INDEX IF NOT EXISTS outbox_lean_idx_failed_retry ON {t} (next_retry_time, retry_count) WHERE publish_status = {failed}",
     "CREATE INDEX IF NOT EXISTS outbox_lean_idx_in_progress ON {t} (lock_until) WHERE publish_status = {in_progress}",
@@ -51,6 +55,7 @@ pub(crate) fn statements(
     let fill = |s: &str| {
         s.replace("{t}", table)
             .replace("{a}", archive)
+            .replace("{pending}", &EventStatus::Pending.code().to_string())
             .replace("{in_progress}", &EventStatus::InProgress.code().to_string())
             .replace("{succeeded}", &EventStatus::Succeeded.code().to_string())
             .replace("{failed}", &EventStatus::Failed.code().to_string())
@@ -93,7 +98,12 @@ mod tests {
             seed.iter()
                 .any(|s| s.contains("outbox_idx_trace_id ON o (trace_id)"))
         );
-        assert_eq!(lean.len(), 6 + 8);
+        assert!(lean.contains(&"DROP INDEX IF EXISTS outbox_idx_unpublished_aggregate".to_owned()));
+        assert!(seed.iter().any(|s| s.contains(
+            "outbox_idx_unpublished_aggregate ON o (aggregate_type, aggregate_id, \
+             aggregate_sequence) WHERE publish_status IN (0, 1, 3) AND deleted = 0"
+        )));
+        assert_eq!(lean.len(), 6 + 9);
         assert!(statements(Dialect::MySql, IndexProfile::Lean, "o", "a").is_none());
         assert!(statements(Dialect::Sqlite, IndexProfile::Lean, "o", "a").is_none());
         assert_eq!(

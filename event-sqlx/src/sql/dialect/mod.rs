@@ -37,12 +37,6 @@ impl Dialect {
         !matches!(self, Dialect::Sqlite)
     }
 
-    /// Whether an index can hold only the rows a predicate selects (`CREATE INDEX .. WHERE`):
-    /// not on MySQL and MariaDB.
-    pub(crate) fn has_partial_indexes(self) -> bool {
-        !matches!(self, Dialect::MySql)
-    }
-
     /// The row lock a claim's candidate query takes, so that concurrent relays pass over each
     /// other's rows instead of waiting.
     pub(crate) fn skip_locked(self) -> &'static str {

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::row::outbox::{Lease, OutboxRecord};
-use crate::sql::dialect::{Backend, Columns, Sql};
+use crate::sql::dialect::{Backend, Columns, Dialect, Sql};
 use crate::sql::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
 use crate::status::EventStatus::{Failed, Pending};
 use crate::table::TableName;
@@ -315,6 +315,51 @@ pub(crate) async fn stale_statistics<DB: Backend>(
     Ok(!q.fetch(conn).await?.is_empty())
 }
 
+/// How a claim can check each aggregate's order on `table`'s indexes: on PostgreSQL (see
+/// [`ordered_claim_postgres`]) and MySQL (below); SQLite has the migrations' partial index.
+pub(crate) async fn ordered_claim<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<AggregateOrder, sqlx::Error> {
+    match DB::DIALECT {
+        Dialect::Postgres => ordered_claim_postgres::<DB>(conn, table).await,
+        Dialect::MySql => ordered_claim_mysql::<DB>(conn, table).await,
+        Dialect::Sqlite => Ok(AggregateOrder::OneProbe),
+    }
+}
+
+/// PostgreSQL: [`AggregateOrder::OneProbe`] when a partial index leads with `(aggregate_type,
+/// aggregate_id, aggregate_sequence)`, as the migrations' `outbox_idx_unpublished_aggregate`
+/// does; otherwise [`AggregateOrder::NearestEarlier`] when a unique key does, as
+/// `outbox_uk_aggregate_sequence` does (the lean profile keeps only that one);
+/// [`AggregateOrder::OneProbe`] otherwise. Read from `pg_index`.
+async fn ordered_claim_postgres<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+) -> Result<AggregateOrder, sqlx::Error> {
+    let mut q = Sql::<DB>::new(
+        "SELECT CAST(CASE WHEN i.indpred IS NULL THEN 0 ELSE 1 END AS BIGINT) AS is_partial, \
+         CAST(CASE WHEN i.indisunique THEN 1 ELSE 0 END AS BIGINT) AS is_unique \
+         FROM pg_index i WHERE i.indrelid = to_regclass(",
+    );
+    q.bind(table.as_str()).push(
+        ") AND pg_get_indexdef(i.indexrelid, 1, true) = 'aggregate_type' \
+         AND pg_get_indexdef(i.indexrelid, 2, true) = 'aggregate_id' \
+         AND pg_get_indexdef(i.indexrelid, 3, true) = 'aggregate_sequence'",
+    );
+    let mut order = AggregateOrder::OneProbe;
+    for row in q.fetch(conn).await? {
+        let columns = Columns::<DB>(&row);
+        if columns.i64("is_partial")? == 1 {
+            return Ok(AggregateOrder::OneProbe);
+        }
+        if columns.i64("is_unique")? == 1 {
+            order = AggregateOrder::NearestEarlier;
+        }
+    }
+    Ok(order)
+}
+
 /// MySQL: how a claim can check each aggregate's order on `table`'s indexes.
 /// [`AggregateOrder::ProbePerStatus`] when an index leads with `(aggregate_type, aggregate_id,
 /// publish_status)`, the three columns a per-status probe looks up by;
@@ -322,7 +367,7 @@ pub(crate) async fn stale_statistics<DB: Backend>(
 /// migrations create it, on `(aggregate_type, aggregate_id, aggregate_sequence)`;
 /// [`AggregateOrder::OneProbe`] otherwise. Read from `information_schema`, in the table's schema
 /// or the connection's database.
-pub(crate) async fn ordered_claim<DB: Backend>(
+async fn ordered_claim_mysql<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
 ) -> Result<AggregateOrder, sqlx::Error> {

@@ -46,6 +46,13 @@ pub(crate) enum AggregateOrder {
     /// (see `Outbox::detect_order_index`): one probe per unpublished status, each reading only
     /// the aggregate's events in that status, however long its published history.
     ProbePerStatus,
+    /// PostgreSQL's lean profile, which has no `outbox_idx_unpublished_aggregate` (see
+    /// `Outbox::detect_order_index`): the candidate's nearest earlier event that is neither
+    /// cancelled nor deleted decides, found walking `outbox_uk_aggregate_sequence` backwards
+    /// from the candidate. Published or none: the candidate goes, for the reason
+    /// [`AggregateOrder::PreviousEvent`] gives; pending, in progress or failed: it waits. The
+    /// walk reads the previous event, and past it only a run of cancelled or deleted ones.
+    NearestEarlier,
 }
 
 impl AggregateOrder {
@@ -56,6 +63,7 @@ impl AggregateOrder {
             AggregateOrder::OneProbe => 1,
             AggregateOrder::PreviousEvent => 2,
             AggregateOrder::ProbePerStatus => 3,
+            AggregateOrder::NearestEarlier => 4,
         }
     }
 
@@ -66,6 +74,7 @@ impl AggregateOrder {
             0 => AggregateOrder::Unordered,
             2 => AggregateOrder::PreviousEvent,
             3 => AggregateOrder::ProbePerStatus,
+            4 => AggregateOrder::NearestEarlier,
             _ => AggregateOrder::OneProbe,
         }
     }
@@ -112,6 +121,17 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
             .iter()
             .map(|status| format!(" AND {}", none_earlier("", format!("= {}", status.code()))))
             .collect(),
+        // `IS NOT FALSE`, not `COALESCE(..) = ..`: PostgreSQL takes a comparison it has no
+        // statistics for to hold for one row in 200, so a claim's LIMIT looks like a read of
+        // the whole table, and a cost that high has each claim compiled by the JIT first (365
+        // ms for a claim that ran in 4 ms); a condition of its own it takes to hold for half.
+        AggregateOrder::NearestEarlier => format!(
+            " AND (SELECT p.publish_status = {SUCCEEDED} FROM {table} p \
+             WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+             AND p.aggregate_sequence < o.aggregate_sequence AND p.deleted = 0 \
+             AND p.publish_status <> {CANCELLED} \
+             ORDER BY p.aggregate_sequence DESC LIMIT 1) IS NOT FALSE"
+        ),
     }
 }
 
@@ -522,7 +542,13 @@ mod tests {
 
     #[test]
     fn orders_survive_their_codes_and_an_unknown_code_is_the_one_probe() {
-        for order in [Unordered, OneProbe, PreviousEvent, ProbePerStatus] {
+        for order in [
+            Unordered,
+            OneProbe,
+            PreviousEvent,
+            ProbePerStatus,
+            NearestEarlier,
+        ] {
             assert_eq!(AggregateOrder::from_code(order.code()), order);
         }
         assert_eq!(AggregateOrder::from_code(200), OneProbe);
@@ -548,6 +574,26 @@ mod tests {
         assert_eq!(
             super::no_earlier_unpublished::<sqlx::MySql>(&table, Unordered),
             ""
+        );
+    }
+
+    /// PostgreSQL's lean profile: the nearest earlier event that counts, as a condition of its
+    /// own (see [`NearestEarlier`]).
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_nearest_earlier_event_decides_as_a_condition_of_its_own() {
+        let table = crate::table::TableName::new("biz_outbox_event").unwrap();
+        let nearest = super::no_earlier_unpublished::<sqlx::Postgres>(&table, NearestEarlier);
+        assert!(
+            nearest.starts_with(" AND (SELECT p.publish_status = 2 FROM biz_outbox_event p"),
+            "{nearest}"
+        );
+        assert!(
+            nearest.ends_with(
+                "AND p.deleted = 0 AND p.publish_status <> 4 \
+                 ORDER BY p.aggregate_sequence DESC LIMIT 1) IS NOT FALSE"
+            ),
+            "{nearest}"
         );
     }
 }
