@@ -77,6 +77,11 @@ pub(crate) struct RunArgs {
     /// Keep the directory after a passing run too.
     #[arg(long)]
     keep: bool,
+    /// PostgreSQL pairs: migrate the outbox in the lean index profile
+    /// (`IndexProfile::Lean`), whose claims keep each aggregate's order without the partial
+    /// index of unpublished events.
+    #[arg(long)]
+    lean: bool,
 }
 
 /// `event-campaign schedule`.
@@ -110,13 +115,14 @@ pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 /// The replay line of a run.
 fn replay_line(args: &RunArgs) -> String {
     format!(
-        "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {}",
+        "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {}{}",
         args.plan.pair.name(),
         args.plan.seed,
         args.plan.load,
         args.plan.faults,
         args.rate,
-        args.aggregates
+        args.aggregates,
+        if args.lean { " --lean" } else { "" }
     )
 }
 
@@ -406,7 +412,10 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
     truth
         .execute(crate::roles::effects_ddl(pair.db() == Db::MariaDb))
         .await?;
-    let config = crate::roles::outbox_config();
+    let mut config = crate::roles::outbox_config();
+    if args.lean {
+        config = config.index_profile(event_sqlx::IndexProfile::Lean);
+    }
     match &truth {
         Truth::Postgres(pool) => {
             event_sqlx::Outbox::new(pool.clone(), config)
