@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use crate::clock::{self, Clock};
 use crate::config::outbox::{CommitPath, OutboxConfig};
 use crate::error::Error;
-use crate::sql::dialect::Backend;
+use crate::sql::dialect::{Backend, Dialect};
 use crate::sql::outbox::{self as sql};
 
 mod commit;
@@ -220,7 +220,7 @@ impl<DB: Backend> Outbox<DB> {
     /// aggregates it considers. One catalog query; nothing on SQLite, whose partial index
     /// answers from the unpublished events alone. Relays call it when they start.
     pub(crate) async fn detect_order_index(&self) -> Result<sql::AggregateOrder, Error> {
-        if DB::DIALECT == crate::Dialect::Sqlite {
+        if DB::DIALECT == Dialect::Sqlite {
             return Ok(sql::AggregateOrder::OneProbe);
         }
         let mut conn = self.conn().await?;
