@@ -209,16 +209,16 @@ impl<DB: Backend> Outbox<DB> {
     /// Looks at the outbox table's indexes for the cheapest way for claims to check each
     /// aggregate's order, and returns it. On PostgreSQL, with the migrations' partial index of
     /// unpublished events per aggregate, one probe of it; without it (the lean profile), a
-    /// backward read of the unique key `(aggregate_type, aggregate_id, aggregate_sequence)` from
-    /// the candidate to its nearest earlier event that is neither cancelled nor deleted, which
-    /// decides. On MySQL and MariaDB, with an index that
-    /// leads with `(aggregate_type, aggregate_id, publish_status)`, one probe per unpublished
-    /// status on it; with `uk_aggregate_sequence` as the migrations create it, a lookup of the
-    /// candidate's previous event, and a walk of its earlier events only when that one was
-    /// cancelled, deleted or archived; otherwise a walk of the aggregate's events, published
-    /// ones included, so a claim slows in proportion to the longest history among the
-    /// aggregates it considers. One catalog query; nothing on SQLite, whose partial index
-    /// answers from the unpublished events alone. Relays call it when they start.
+    /// backward read of the unique key `(aggregate_type, aggregate_id, aggregate_sequence)`
+    /// from the candidate to its nearest earlier event that is neither cancelled nor deleted,
+    /// which decides. On MySQL and MariaDB, with an index that leads with `(aggregate_type,
+    /// aggregate_id, publish_status)`, one probe per unpublished status on it; with
+    /// `uk_aggregate_sequence` as the migrations create it, a lookup of the candidate's
+    /// previous event, and a walk of its earlier events only when that one was cancelled,
+    /// deleted or archived; otherwise a walk of the aggregate's events, published ones
+    /// included, so a claim slows in proportion to the longest history among the aggregates it
+    /// considers. One catalog query; nothing on SQLite, whose partial index answers from the
+    /// unpublished events alone. Relays call it when they start.
     pub(crate) async fn detect_order_index(&self) -> Result<sql::AggregateOrder, Error> {
         if DB::DIALECT == Dialect::Sqlite {
             return Ok(sql::AggregateOrder::OneProbe);
