@@ -245,6 +245,12 @@ pub trait Orders: Backend {
         query: &'static str,
     ) -> impl Future<Output = sqlx::Result<i64>> + Send + 'a;
 
+    /// Runs one statement of the test's own, on `pool`.
+    fn run_sql(
+        pool: &Pool<Self>,
+        statement: String,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + '_;
+
     /// The status an order has, if it exists.
     fn order_status<'a>(
         pool: &'a Pool<Self>,
@@ -287,6 +293,18 @@ macro_rules! impl_orders {
                 query: &'static str,
             ) -> impl Future<Output = sqlx::Result<i64>> + Send + 'a {
                 async move { sqlx::query_scalar::<_, i64>(query).fetch_one(pool).await }
+            }
+
+            fn run_sql(
+                pool: &Pool<Self>,
+                statement: String,
+            ) -> impl Future<Output = sqlx::Result<()>> + Send + '_ {
+                async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                        .execute(pool)
+                        .await?;
+                    Ok(())
+                }
             }
 
             fn order_status<'a>(

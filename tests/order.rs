@@ -8,8 +8,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
-use event_sqlx::{Consumer, Delivered, HandlerError, ManualClock, Processed, Received};
-use event_tests::db::{Orders, TestDb};
+use event_sqlx::{
+    ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, PREVIOUS_SEQUENCE_HEADER,
+    Processed, Received, RelayConfig,
+};
+use event_tests::db::{Orders, TestDb, postgres_lean};
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
 
 /// `o-1`: placed (1), paid (2), a note (3); `o-2`: placed (1). As envelope bodies.
@@ -235,6 +238,186 @@ async fn stale_events_are_not_refused_when_they_came_in_order<DB: Orders>(db: &T
     assert_eq!(applied_of(&applied, "o-1"), [1, 3]);
     assert!(consumer.quarantined(10).await.unwrap().is_empty());
 }
+
+/// o-1's payment and o-2's first two events cancelled in the outbox before a relay publishes:
+/// the next event of each tells consumers the last sequence before it that was not cancelled,
+/// and an in-order consumer applies it once that one is, one at a time or in a batch, without
+/// waiting for the cancelled ones (its clock never moves past the order wait).
+async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(db: &TestDb<DB>) {
+    let mut first = Order::place("o-1", 10).unwrap();
+    first.pay(10).unwrap();
+    first.note("packed");
+    first.note("shipped");
+    let mut second = Order::place("o-2", 20).unwrap();
+    second.pay(20).unwrap();
+    second.note("packed");
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    uow.collect(&mut first).unwrap();
+    uow.collect(&mut second).unwrap();
+    let _ = db
+        .outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    for (id, sequences) in [("o-1", &[2][..]), ("o-2", &[1, 2][..])] {
+        let events = db.outbox.by_aggregate("ORDER", id).await.unwrap();
+        for record in events
+            .iter()
+            .filter(|r| sequences.contains(&r.aggregate_sequence))
+        {
+            assert!(
+                db.outbox
+                    .cancel(&record.event_no, "refunded by hand")
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
+    assert_eq!(relay.drain().await.unwrap().published, 4);
+    drop(relay);
+    let mut published = Vec::new();
+    while let Ok(message) = received.try_recv() {
+        published.push(message.envelope);
+    }
+    let stamps: Vec<(String, u64, Option<&str>)> = published
+        .iter()
+        .map(|e| {
+            (
+                e.aggregate_id.clone(),
+                e.aggregate_sequence,
+                e.headers
+                    .extra
+                    .get(PREVIOUS_SEQUENCE_HEADER)
+                    .map(String::as_str),
+            )
+        })
+        .collect();
+    for expected in [
+        ("o-1".to_owned(), 1, None),
+        ("o-1".to_owned(), 3, Some("1")),
+        ("o-1".to_owned(), 4, None),
+        ("o-2".to_owned(), 3, Some("0")),
+    ] {
+        assert!(stamps.contains(&expected), "{expected:?} in {stamps:?}");
+    }
+    let body = |id: &str, sequence: u64| {
+        let envelope = published
+            .iter()
+            .find(|e| e.aggregate_id == id && e.aggregate_sequence == sequence)
+            .unwrap();
+        serde_json::to_vec(envelope).unwrap()
+    };
+
+    let applied = Applied::default();
+    let clock = ManualClock::starting_now();
+    let consumer = |name: &'static str| {
+        Consumer::new(db.pool().clone(), name, "1.0.0")
+            .clock(clock.clone())
+            .in_order()
+            .order_wait(Duration::from_secs(60))
+            .on(
+                async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
+                    push(&applied, &e.envelope);
+                    Ok(())
+                },
+            )
+            .on(async |_tx: &mut DB::Connection, e: Delivered<NoteAdded>| {
+                push(&applied, &e.envelope);
+                Ok(())
+            })
+    };
+    let one = consumer("one-by-one");
+    let receive = async |id: &str, sequence: u64| one.receive(&body(id, sequence), None).await;
+    assert_eq!(receive("o-2", 3).await.unwrap(), Processed::Applied);
+    assert_eq!(
+        receive("o-1", 3).await.unwrap(),
+        Processed::Early { waits_for: 1 },
+        "the note still waits for the placement, which was not cancelled"
+    );
+    assert_eq!(receive("o-1", 1).await.unwrap(), Processed::Applied);
+    assert_eq!(receive("o-1", 3).await.unwrap(), Processed::Applied);
+    assert_eq!(receive("o-1", 4).await.unwrap(), Processed::Applied);
+    assert_eq!(applied_of(&applied, "o-1"), [1, 3, 4]);
+    assert_eq!(applied_of(&applied, "o-2"), [3]);
+
+    applied.lock().unwrap().clear();
+    let batched = consumer("batched");
+    let bodies = [
+        body("o-1", 1),
+        body("o-1", 3),
+        body("o-1", 4),
+        body("o-2", 3),
+    ];
+    let messages: Vec<Received<'_>> = bodies
+        .iter()
+        .map(|body| Received {
+            body,
+            message_id: None,
+        })
+        .collect();
+    let outcomes = batched.receive_batch(&messages).await.unwrap();
+    assert!(
+        outcomes.iter().all(|o| *o == Processed::Applied),
+        "{outcomes:?}"
+    );
+    assert_eq!(applied_of(&applied, "o-1"), [1, 3, 4]);
+    assert_eq!(applied_of(&applied, "o-2"), [3]);
+}
+
+/// A stamp only where every skipped sequence is known to be cancelled: with o-1's payment
+/// cancelled and its placement deleted from the table (as archiving does), the note carries
+/// none, and waits for what it cannot see.
+async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestDb<DB>) {
+    let mut order = Order::place("o-1", 10).unwrap();
+    order.pay(10).unwrap();
+    order.note("packed");
+    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    uow.collect(&mut order).unwrap();
+    let _ = db
+        .outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let events = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
+    assert!(
+        db.outbox
+            .cancel(&events[1].event_no, "by hand")
+            .await
+            .unwrap()
+    );
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
+    // The placement goes first; then it leaves the table, and the cancelled payment stays.
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    DB::run_sql(
+        db.pool(),
+        format!("DELETE FROM biz_outbox_event WHERE id = {}", events[0].id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(relay.drain().await.unwrap().published, 1);
+    drop(relay);
+    let mut sequences = Vec::new();
+    while let Ok(message) = received.try_recv() {
+        let e = message.envelope;
+        sequences.push((
+            e.aggregate_sequence,
+            e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
+        ));
+    }
+    assert_eq!(sequences, [(1, None), (3, None)]);
+}
+
+event_tests::on_every_backend!(
+    #[tokio::test]
+    postgres = TestDb::postgres(), postgres_lean = postgres_lean(),
+    mysql = TestDb::mysql(), sqlite = TestDb::sqlite();
+    a_cancelled_predecessor_does_not_hold_back_the_next_event,
+    no_stamp_past_a_sequence_missing_from_the_outbox,
+);
 
 event_tests::on_every_backend!(
     an_early_event_waits_for_its_predecessor,

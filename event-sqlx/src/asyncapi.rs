@@ -426,6 +426,13 @@ fn ce_attributes(
         ("correlationid", string.clone(), false),
         ("causationid", string.clone(), false),
         ("traceparent", string, false),
+        // Set by the relay when the events before this one were cancelled (see
+        // PREVIOUS_SEQUENCE_HEADER).
+        (
+            crate::wire::PREVIOUS_SEQUENCE_HEADER,
+            json!({"type": "string", "pattern": "^[0-9]+$"}),
+            false,
+        ),
     ]
 }
 

@@ -11,6 +11,7 @@ use crate::clock::{self, Clock, SharedClock};
 use crate::sql::dialect::Backend;
 use crate::sql::inbox as sql;
 use crate::table::TableName;
+use crate::wire::PREVIOUS_SEQUENCE_HEADER;
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,11 +51,26 @@ pub(crate) struct Guarded<T> {
     pub(crate) gap: Option<Option<u64>>,
 }
 
-/// Whether `sequence` may be applied after `known`, the highest sequence of its aggregate
-/// applied (or settled) so far. Sequence 0 (an event of no aggregate) and 1 have no
-/// predecessor; an event at or below `known` is late, not early.
-pub(crate) fn in_sequence(sequence: u64, known: Option<u64>) -> bool {
-    sequence <= 1 || known.is_some_and(|known| sequence <= known.saturating_add(1))
+/// Whether `envelope` may be applied after `known`, the highest sequence of its aggregate
+/// applied (or settled) so far: once its [`predecessor`] is. Sequence 0 (an event of no
+/// aggregate) and 1 have no predecessor; an event at or below `known` is late, not early.
+pub(crate) fn in_sequence(envelope: &EventEnvelope, known: Option<u64>) -> bool {
+    let before = predecessor(envelope);
+    envelope.aggregate_sequence <= 1 || before == 0 || known.is_some_and(|known| known >= before)
+}
+
+/// The sequence an event of an ordered aggregate waits for: the one before it, or, when the
+/// relay said the events between were cancelled ([`PREVIOUS_SEQUENCE_HEADER`]), the last one
+/// that was not (0: none).
+pub(crate) fn predecessor(envelope: &EventEnvelope) -> u64 {
+    let sequence = envelope.aggregate_sequence;
+    envelope
+        .headers
+        .extra
+        .get(PREVIOUS_SEQUENCE_HEADER)
+        .and_then(|previous| previous.parse::<u64>().ok())
+        .filter(|&previous| previous < sequence)
+        .unwrap_or(sequence.saturating_sub(1))
 }
 
 /// Why a delivery was not handled. Nothing of it was committed.
@@ -248,7 +264,7 @@ impl<DB: Backend> Inbox<DB> {
             }
             if let Some(order) = ordered {
                 let known = last.max(order.settled);
-                if !in_sequence(envelope.aggregate_sequence, known) {
+                if !in_sequence(envelope, known) {
                     if !order.accept_gap {
                         tx.rollback().await.map_err(db)?;
                         return Ok(done(Handled::Early {

@@ -43,7 +43,7 @@ mod brokers;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, Error, HandlerError, UnreadableRow};
-pub use wire::{UnknownWireFormat, WireFormat};
+pub use wire::{PREVIOUS_SEQUENCE_HEADER, UnknownWireFormat, WireFormat};
 
 /// The old name of [`UnreadableRow`], which `event_core::RecordError` (recording an event on an
 /// aggregate) made ambiguous.

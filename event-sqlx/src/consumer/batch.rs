@@ -257,8 +257,8 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
                     .max(check.settled)
             });
             let sequence = envelope.aggregate_sequence;
-            if in_sequence(sequence, *known) || check.accept_gap {
-                if !in_sequence(sequence, *known) {
+            if in_sequence(envelope, *known) || check.accept_gap {
+                if !in_sequence(envelope, *known) {
                     gaps.push((k, *known));
                 }
                 *known = Some(known.map_or(sequence, |known| known.max(sequence)));

@@ -20,6 +20,7 @@
 //! | `tenantid`, `correlationid`, `causationid` (extensions) | `headers.tenantId`, `headers.correlationId`, `headers.causationId` | when set |
 //! | `traceparent` (Distributed Tracing extension) | `headers.traceparent` | when set |
 //! | `traceid` (extension) | `traceId` | only when it is not the trace id of `traceparent` |
+//! | `previoussequence` (extension) | `headers.extra["previoussequence"]` | set by the relay when the aggregate's previous events were cancelled: the sequence of the last one that was not (see [`PREVIOUS_SEQUENCE_HEADER`]) |
 //! | other extensions | `headers.extra` | a header whose name is a valid extension name (lowercase letters and digits) goes as itself; the others together as one JSON object in `extraheaders` |
 //!
 //! Per broker, as each binding says:
@@ -125,6 +126,24 @@ impl FromStr for WireFormat {
         }
     }
 }
+
+/// The header (in `headers.extra`; a CloudEvents extension of the same name) in which the relay
+/// tells consumers that an event does not follow its predecessor: the aggregate's sequence
+/// `previous` (as decimal digits) is the last one before this event that was not cancelled,
+/// and every sequence between them was cancelled or deleted in the outbox, so it will never be
+/// published. `0` means every earlier event was cancelled.
+///
+/// A consumer built with [`Consumer::in_order`](crate::Consumer::in_order) then applies the
+/// event once `previous` is applied, instead of waiting its
+/// [`order_wait`](crate::Consumer::order_wait) for sequences that will never come. Events whose
+/// previous sequence is published, most of them, do not carry it.
+///
+/// ```
+/// use event_sqlx::PREVIOUS_SEQUENCE_HEADER;
+///
+/// assert_eq!(PREVIOUS_SEQUENCE_HEADER, "previoussequence");
+/// ```
+pub const PREVIOUS_SEQUENCE_HEADER: &str = "previoussequence";
 
 /// The media type of a structured-mode CloudEvent in JSON.
 pub(crate) const STRUCTURED: &str = "application/cloudevents+json";

@@ -12,7 +12,7 @@ fn sample() -> EventEnvelope {
         "headers": {
             "tenantId": "acme", "correlationId": "checkout-1", "source": "order-service",
             "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "region": "eu", "User-Agent": "shop/1.0",
+            "region": "eu", "User-Agent": "shop/1.0", "previoussequence": "0",
         },
         "payload": {"order_id": "o-1", "amount_minor": 100},
     }))
@@ -60,6 +60,8 @@ fn binary_mode_carries_every_field_there_and_back() {
         names.contains(&"sequence") && names.contains(&"extraheaders"),
         "{names:?}"
     );
+    // The relay's stamp after cancelled events travels as an extension of its own.
+    assert!(names.contains(&PREVIOUS_SEQUENCE_HEADER), "{names:?}");
     assert!(!names.contains(&"traceid"), "the trace id is traceparent's");
     let sequence = &attributes.iter().find(|(n, _)| n == "sequence").unwrap().1;
     assert_eq!(sequence, "00000000000000000002");

@@ -9,8 +9,9 @@ use crate::sql::dialect::{Backend, Columns, Sql};
 use crate::sql::{CANCELLED, FAILED, IN_PROGRESS, PENDING, SUCCEEDED, codes};
 use crate::status::EventStatus::{Failed, InProgress, Pending};
 use crate::table::TableName;
+use crate::wire::PREVIOUS_SEQUENCE_HEADER;
 
-use super::{COLUMNS, decode_all};
+use super::{COLUMNS, decode};
 
 /// What makes a row claimable (`o` is the row): pending, or failed with retries left. The first
 /// two terms are the predicate of the partial index `outbox_idx_claimable`.
@@ -250,7 +251,7 @@ pub(crate) async fn claim<DB: Backend>(
         DB::DIALECT.status_guard("publish_status"),
         codes(&[Pending, Failed])
     );
-    let mut records = if DB::DIALECT.has_returning() {
+    let records = if DB::DIALECT.has_returning() {
         // One statement: pick and lease the batch, return the rows. The batch is picked once,
         // whatever the planner believes of the backlog (see Dialect::claimed_ids).
         let mut q = Sql::<DB>::new("");
@@ -260,8 +261,11 @@ pub(crate) async fn claim<DB: Backend>(
         candidates(&mut q);
         q.push(DB::DIALECT.skip_locked()).push(close);
         unflushed(&mut q, claim.synchronous_commit);
-        q.push(format!(" RETURNING {COLUMNS}"));
-        decode_all::<DB>(&q.fetch(conn).await?)?
+        q.push(format!(
+            " RETURNING {COLUMNS}{}",
+            cancelled_previous(table, &table.to_string())
+        ));
+        decode_claimed::<DB>(&q.fetch(conn).await?)?
     } else {
         // SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction; the rows are
         // patched in memory, not read again. A claim in a backlog keeps the server's isolation
@@ -275,10 +279,13 @@ pub(crate) async fn claim<DB: Backend>(
                 }
                 _ => sqlx::Acquire::begin(&mut *conn).await?,
             };
-            let mut q = Sql::<DB>::new(format!("SELECT {COLUMNS}"));
+            let mut q = Sql::<DB>::new(format!(
+                "SELECT {COLUMNS}{}",
+                cancelled_previous(table, "o")
+            ));
             candidates(&mut q);
             q.push(DB::DIALECT.skip_locked());
-            let mut records = decode_all::<DB>(&q.fetch(&mut tx).await?)?;
+            let mut records = decode_claimed::<DB>(&q.fetch(&mut tx).await?)?;
             if !gap_free
                 && claim.without_gap_locks
                 && i64::try_from(records.len()).unwrap_or(i64::MAX) < claim.limit
@@ -294,9 +301,9 @@ pub(crate) async fn claim<DB: Backend>(
                 set_claimed(&mut q);
                 q.push(&guard)
                     .push("id IN ")
-                    .list(records.iter().map(|r| r.id));
+                    .list(records.iter().map(|(r, _)| r.id));
                 q.execute(&mut tx).await?;
-                for record in &mut records {
+                for (record, _) in &mut records {
                     record.publish_status = InProgress;
                     record.locked_by = Some(claim.relay_id.to_owned());
                     record.lock_until = Some(claim.lease_until);
@@ -309,8 +316,104 @@ pub(crate) async fn claim<DB: Backend>(
             break records;
         }
     };
-    records.sort_by_key(|r| r.id);
-    Ok(records)
+    let mut stamped = Vec::with_capacity(records.len());
+    for (mut record, cancelled) in records {
+        if cancelled.is_some()
+            && let Some(previous) = previous_live::<DB>(conn, table, &record).await?
+        {
+            stamp_previous(&mut record, previous);
+        }
+        stamped.push(record);
+    }
+    stamped.sort_by_key(|r| r.id);
+    Ok(stamped)
+}
+
+/// `, ... AS cancelled_previous`, for a claimed row of `table` that the claim names `row`: the
+/// sequence before the row's in its aggregate when that event was cancelled or deleted, else
+/// NULL. One probe of the aggregate sequence's unique key per row past sequence 1.
+pub(super) fn cancelled_previous(table: &TableName, row: &str) -> String {
+    format!(
+        ", CASE WHEN {row}.aggregate_sequence > 1 THEN (SELECT c.aggregate_sequence \
+         FROM {table} c WHERE c.aggregate_type = {row}.aggregate_type \
+         AND c.aggregate_id = {row}.aggregate_id \
+         AND c.aggregate_sequence = {row}.aggregate_sequence - 1 \
+         AND (c.publish_status = {CANCELLED} OR c.deleted <> 0)) END AS cancelled_previous"
+    )
+}
+
+/// Claimed rows, each with its `cancelled_previous` (see [`cancelled_previous`]).
+fn decode_claimed<DB: Backend>(
+    rows: &[DB::Row],
+) -> Result<Vec<(OutboxRecord, Option<i64>)>, sqlx::Error> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                decode::<DB>(row)?,
+                Columns::<DB>(row).opt_i64("cancelled_previous")?,
+            ))
+        })
+        .collect()
+}
+
+/// For an event whose previous sequence was cancelled or deleted: the sequence of the last
+/// event before it in its aggregate that was neither (0 when there is none), provided every
+/// sequence between the two is still in the table, so that each is known never to be
+/// published. `None` when one is missing (archived, say): then the consumer waits for it, as
+/// for any event.
+pub(crate) async fn previous_live<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    record: &OutboxRecord,
+) -> Result<Option<i64>, sqlx::Error> {
+    let aggregate = |q: &mut Sql<DB>| {
+        q.bind(record.aggregate_type.as_str())
+            .push(" AND aggregate_id = ")
+            .bind(record.aggregate_id.as_str())
+            .push(" AND aggregate_sequence < ")
+            .bind(record.aggregate_sequence);
+    };
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT aggregate_sequence FROM {table} WHERE aggregate_type = "
+    ));
+    aggregate(&mut q);
+    q.push(format!(
+        " AND publish_status <> {CANCELLED} AND deleted = 0 \
+         ORDER BY aggregate_sequence DESC LIMIT 1"
+    ));
+    let previous = match q.fetch(&mut *conn).await?.first() {
+        Some(row) => Columns::<DB>(row).i64("aggregate_sequence")?,
+        None => 0,
+    };
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT COUNT(*) AS n FROM {table} WHERE aggregate_type = "
+    ));
+    aggregate(&mut q);
+    q.push(" AND aggregate_sequence > ").bind(previous);
+    let between = match q.fetch(conn).await?.first() {
+        Some(row) => Columns::<DB>(row).i64("n")?,
+        None => 0,
+    };
+    Ok((between == record.aggregate_sequence - previous - 1).then_some(previous))
+}
+
+/// Tells the consumers of `record` that its aggregate's previous published event is sequence
+/// `previous` (see [`PREVIOUS_SEQUENCE_HEADER`]), in the claimed row's headers, not in the
+/// table. Headers that are not a JSON object are left alone: the relay reports them as
+/// unreadable when it builds the envelope.
+pub(crate) fn stamp_previous(record: &mut OutboxRecord, previous: i64) {
+    let value = serde_json::Value::String(previous.to_string());
+    match &mut record.event_headers {
+        Some(serde_json::Value::Object(headers)) => {
+            headers.insert(PREVIOUS_SEQUENCE_HEADER.to_owned(), value);
+        }
+        headers @ (None | Some(serde_json::Value::Null)) => {
+            let mut object = serde_json::Map::new();
+            object.insert(PREVIOUS_SEQUENCE_HEADER.to_owned(), value);
+            *headers = Some(serde_json::Value::Object(object));
+        }
+        Some(_) => {}
+    }
 }
 
 /// ` WHERE ...`: the rows of `ids` that `relay_id` still holds in progress; the statement
