@@ -316,12 +316,20 @@ pub(crate) async fn claim<DB: Backend>(
             break records;
         }
     };
+    // The claim is committed: a failure to read further leaves the event without the header
+    // (its in-order consumers then wait for the cancelled sequences), not the batch leased.
     let mut stamped = Vec::with_capacity(records.len());
     for (mut record, cancelled) in records {
-        if cancelled.is_some()
-            && let Some(previous) = previous_live::<DB>(conn, table, &record).await?
-        {
-            stamp_previous(&mut record, previous);
+        if cancelled.is_some() {
+            match previous_live::<DB>(conn, table, &record).await {
+                Ok(Some(previous)) => stamp_previous(&mut record, previous),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    event_id = %record.event_no,
+                    error = %e,
+                    "could not read which events before this one were cancelled; it is published without {PREVIOUS_SEQUENCE_HEADER}"
+                ),
+            }
         }
         stamped.push(record);
     }
