@@ -1,7 +1,8 @@
 //! The checker: the database is the truth. After the drain, every committed event has exactly
-//! one effect, no effect belongs to an event that was never committed, each aggregate's effects
-//! in the order they were applied are exactly its sequences 1..n, every event is published,
-//! nothing is quarantined, and every commit a producer saw acknowledged is in the outbox.
+//! one effect (a cancelled one at most one), no effect belongs to an event that was never
+//! committed, each aggregate's effects in the order they were applied are exactly its sequences
+//! 1..n less the cancelled events never applied, every event is published or cancelled, nothing
+//! is quarantined, and every commit a producer saw acknowledged is in the outbox.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -12,6 +13,20 @@ use crate::pair::{CONSUMER, Db};
 
 /// Published, in `publish_status`.
 const SUCCEEDED: i16 = 2;
+/// Cancelled, in `publish_status`: by the campaign's operator.
+const CANCELLED: i16 = 4;
+
+/// How far the run has come, from the tables.
+pub(crate) struct Progress {
+    /// Events committed.
+    pub(crate) total: i64,
+    /// Events published.
+    pub(crate) published: i64,
+    /// Events cancelled.
+    pub(crate) cancelled: i64,
+    /// Events that were not cancelled and have an effect.
+    pub(crate) applied: i64,
+}
 
 /// One outbox row.
 pub(crate) struct OutboxRow {
@@ -158,16 +173,63 @@ impl Truth {
         .unwrap_or(0))
     }
 
-    /// Published events and distinct effects so far: the drain's progress.
-    pub(crate) async fn progress(&self) -> anyhow::Result<(i64, i64, i64)> {
+    /// Published and cancelled events, and the distinct effects of the others so far: the
+    /// drain's progress.
+    pub(crate) async fn progress(&self) -> anyhow::Result<Progress> {
         let total = self.count("SELECT COUNT(*) FROM biz_outbox_event").await?;
         let published = self
             .count("SELECT COUNT(*) FROM biz_outbox_event WHERE publish_status = 2")
             .await?;
-        let applied = self
-            .count("SELECT COUNT(DISTINCT event_id) FROM campaign_effect")
+        let cancelled = self
+            .count("SELECT COUNT(*) FROM biz_outbox_event WHERE publish_status = 4")
             .await?;
-        Ok((total, published, applied))
+        let applied = self
+            .count(
+                "SELECT COUNT(DISTINCT e.event_id) FROM campaign_effect e \
+                 JOIN biz_outbox_event o ON o.event_no = e.event_id WHERE o.publish_status <> 4",
+            )
+            .await?;
+        Ok(Progress {
+            total,
+            published,
+            cancelled,
+            applied,
+        })
+    }
+
+    /// The newest pending event that follows another of its aggregate and that no relay has
+    /// tried to publish yet: what the operator cancels, so that later events of the aggregate
+    /// come after a cancelled one. (An event a relay tried may have reached the broker, its
+    /// mark lost; cancelled, it could still be delivered, after its successor.)
+    pub(crate) async fn newest_pending_follower(&self) -> anyhow::Result<Option<String>> {
+        const SQL: &str = "SELECT event_no FROM biz_outbox_event WHERE publish_status = 0 \
+                           AND aggregate_sequence > 1 AND last_publish_time IS NULL \
+                           ORDER BY id DESC LIMIT 1";
+        Ok(match self {
+            Truth::Postgres(pool) => sqlx::query_scalar(SQL).fetch_optional(pool).await?,
+            Truth::MariaDb(pool) => sqlx::query_scalar(SQL).fetch_optional(pool).await?,
+        })
+    }
+
+    /// Whether the event is cancelled.
+    pub(crate) async fn is_cancelled(&self, event_no: &str) -> anyhow::Result<bool> {
+        let status: Option<i16> = match self {
+            Truth::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT publish_status FROM biz_outbox_event WHERE event_no = $1",
+                )
+                .bind(event_no)
+                .fetch_optional(pool)
+                .await?
+            }
+            Truth::MariaDb(pool) => {
+                sqlx::query_scalar("SELECT publish_status FROM biz_outbox_event WHERE event_no = ?")
+                    .bind(event_no)
+                    .fetch_optional(pool)
+                    .await?
+            }
+        };
+        Ok(status == Some(CANCELLED))
     }
 }
 
@@ -228,7 +290,7 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
 
     let unpublished: Vec<String> = outbox
         .iter()
-        .filter(|r| r.status != SUCCEEDED)
+        .filter(|r| r.status != SUCCEEDED && r.status != CANCELLED)
         .map(|r| format!("{} (status {})", r.event_no, r.status))
         .collect();
     if !unpublished.is_empty() {
@@ -243,11 +305,22 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
     for effect in &effects {
         *times.entry(effect.event_id.as_str()).or_default() += 1;
     }
+    // A cancelled event may have its effect: published before an operator cancelled it, once
+    // its relay's mark was lost and its lease had expired.
     let lost: Vec<String> = outbox
         .iter()
-        .filter(|r| !times.contains_key(r.event_no.as_str()))
+        .filter(|r| r.status != CANCELLED && !times.contains_key(r.event_no.as_str()))
         .map(|r| r.event_no.clone())
         .collect();
+    let cancelled: Vec<&OutboxRow> = outbox.iter().filter(|r| r.status == CANCELLED).collect();
+    let cancelled_applied = cancelled
+        .iter()
+        .filter(|r| times.contains_key(r.event_no.as_str()))
+        .count();
+    findings.figures.push(format!(
+        "{} events cancelled, {cancelled_applied} of them applied before their cancel",
+        cancelled.len()
+    ));
     let twice: Vec<String> = times
         .iter()
         .filter(|(_, n)| **n > 1)
@@ -270,11 +343,19 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
         }
     }
 
-    // Per aggregate, the effects in applied order must be exactly 1..n.
-    let mut last: BTreeMap<&str, i64> = BTreeMap::new();
+    // Per aggregate, the effects in applied order must be exactly 1..n, but for the cancelled
+    // events that were never applied.
+    let mut sequences_of: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for row in &outbox {
-        let top = last.entry(row.aggregate_id.as_str()).or_insert(0);
-        *top = (*top).max(row.sequence);
+        if row.status != CANCELLED || times.contains_key(row.event_no.as_str()) {
+            sequences_of
+                .entry(row.aggregate_id.as_str())
+                .or_default()
+                .push(row.sequence);
+        }
+    }
+    for sequences in sequences_of.values_mut() {
+        sequences.sort_unstable();
     }
     let mut applied: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for effect in &effects {
@@ -285,7 +366,7 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
     }
     let mut out_of_order = Vec::new();
     for (aggregate, sequences) in &applied {
-        let expected: Vec<i64> = (1..=last.get(aggregate).copied().unwrap_or(0)).collect();
+        let expected: Vec<i64> = sequences_of.get(aggregate).cloned().unwrap_or_default();
         if *sequences != expected {
             let at = sequences
                 .iter()
@@ -308,12 +389,12 @@ pub(crate) async fn check(truth: &Truth, acked: &[PathBuf]) -> anyhow::Result<Fi
         }
     }
     findings.figures.push(format!(
-        "{} aggregates, each checked for effects 1..n in applied order",
+        "{} aggregates, each checked for effects 1..n in applied order (less the cancelled events never applied)",
         applied.len()
     ));
     if !out_of_order.is_empty() {
         findings.failures.push(format!(
-            "{} aggregates whose effects are not their sequences 1..n in order: {}",
+            "{} aggregates whose effects are not their sequences 1..n (less cancelled) in order: {}",
             out_of_order.len(),
             some(&out_of_order)
         ));

@@ -82,6 +82,10 @@ pub(crate) struct RunArgs {
     /// index of unpublished events.
     #[arg(long)]
     lean: bool,
+    /// How many times an operator cancels the newest pending event that follows another in its
+    /// aggregate (`eventctl outbox cancel`), evenly spread over the load.
+    #[arg(long, default_value_t = 4)]
+    cancels: usize,
 }
 
 /// `event-campaign schedule`.
@@ -115,13 +119,14 @@ pub(crate) fn print_schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 /// The replay line of a run.
 fn replay_line(args: &RunArgs) -> String {
     format!(
-        "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {}{}",
+        "--pair {} --seed {} --load {} --faults {} --rate {} --aggregates {} --cancels {}{}",
         args.plan.pair.name(),
         args.plan.seed,
         args.plan.load,
         args.plan.faults,
         args.rate,
         args.aggregates,
+        args.cancels,
         if args.lean { " --lean" } else { "" }
     )
 }
@@ -134,6 +139,9 @@ struct World {
     truth: Truth,
     /// The broker's URL, through its proxy.
     broker_url: String,
+    /// The database's URL, not through a proxy: the operator's.
+    db_url: String,
+    eventctl: PathBuf,
     proxies: BTreeMap<&'static str, FaultProxy>,
     processes: BTreeMap<(Role, usize), Supervised>,
 }
@@ -246,8 +254,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut next_report = Duration::from_secs(10);
         while load_start.elapsed() < load {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if let Ok((total, published, applied)) = world_ref.truth.progress().await {
-                if published != last_published || published == total {
+            if let Ok(check::Progress {
+                total,
+                published,
+                cancelled,
+                applied,
+            }) = world_ref.truth.progress().await
+            {
+                if published != last_published || published + cancelled == total {
                     last_published = published;
                     since = tokio::time::Instant::now();
                 } else {
@@ -256,7 +270,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 if load_start.elapsed() >= next_report {
                     next_report += Duration::from_secs(10);
                     println!(
-                        "  t={:>6.1}s  committed {total}, published {published}, applied {applied}",
+                        "  t={:>6.1}s  committed {total}, published {published}, cancelled {cancelled}, applied {applied}",
                         load_start.elapsed().as_secs_f64()
                     );
                 }
@@ -264,7 +278,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         longest_stall
     };
-    let (tally, longest_stall) = tokio::join!(nemesis, progress);
+    let operator = operate(world_ref, load_start, load, args.cancels);
+    let (tally, longest_stall, cancelled) = tokio::join!(nemesis, progress, operator);
     tokio::time::sleep_until(load_start + load).await;
 
     // Heal: every link passes, every process runs, the services are up; the producers stop.
@@ -287,9 +302,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let drain_deadline = Duration::from_secs(args.drain_limit.max(1) * 3);
     let mut drained = None;
     while healed.elapsed() < drain_deadline {
-        if let Ok((total, published, applied)) = world.truth.progress().await
-            && published == total
-            && applied == total
+        if let Ok(check::Progress {
+            total,
+            published,
+            cancelled,
+            applied,
+        }) = world.truth.progress().await
+            && published + cancelled == total
+            && applied == total - cancelled
         {
             drained = Some(healed.elapsed());
             break;
@@ -344,6 +364,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "longest time the published count stood still during the load: {:.1} s",
         longest_stall.as_secs_f64()
     ));
+    findings.figures.push(format!(
+        "operator: {cancelled} of {} cancels took effect (eventctl outbox cancel)",
+        args.cancels
+    ));
     let faults: Vec<String> = tally
         .iter()
         .map(|(k, (n, missed))| match missed {
@@ -382,7 +406,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     println!("  took {:.1} s in all", started.elapsed().as_secs_f64());
     if findings.failures.is_empty() {
         println!(
-            "  PASS: 0 lost, 0 duplicate effects, 0 effects of uncommitted events, 0 order violations, every event published"
+            "  PASS: 0 lost, 0 duplicate effects, 0 effects of uncommitted events, 0 order violations, every event published or cancelled"
         );
         if !args.keep && args.dir.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -528,9 +552,58 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
         broker: Arc::new(Mutex::new(broker)),
         truth,
         broker_url,
+        db_url,
+        eventctl: eventctl.to_owned(),
         proxies,
         processes,
     })
+}
+
+/// The operator: `cancels` times, evenly spread over the load, cancels the newest pending event
+/// that follows another of its aggregate and was never tried (see
+/// [`Truth::newest_pending_follower`]) with `eventctl outbox cancel`, as someone would by hand; a few tries each, since relays claim new events within milliseconds. Returns how many
+/// were cancelled.
+async fn operate(
+    world: &World,
+    load_start: tokio::time::Instant,
+    load: Duration,
+    cancels: usize,
+) -> usize {
+    let mut cancelled = 0;
+    for k in 1..=cancels {
+        let at = load.mul_f64(k as f64 / (cancels + 1) as f64);
+        tokio::time::sleep_until(load_start + at).await;
+        for _ in 0..20 {
+            let Ok(Some(event_no)) = world.truth.newest_pending_follower().await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let cancel = tokio::process::Command::new(&world.eventctl)
+                .args([
+                    "outbox",
+                    "cancel",
+                    "--connect-timeout",
+                    "2s",
+                    "--database-url",
+                ])
+                .arg(&world.db_url)
+                .args(["--reason", "cancelled by the campaign's operator"])
+                .arg(&event_no)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+            let _ = tokio::time::timeout(Duration::from_secs(10), cancel).await;
+            if world.truth.is_cancelled(&event_no).await.unwrap_or(false) {
+                println!(
+                    "  t={:>6.1}s  operator: eventctl outbox cancel {event_no}",
+                    load_start.elapsed().as_secs_f64()
+                );
+                cancelled += 1;
+                break;
+            }
+        }
+    }
+    cancelled
 }
 
 /// The stream, exchange and queue, or topic, before anything runs.
