@@ -10,7 +10,7 @@ use std::time::Duration;
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{
     ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, PREVIOUS_SEQUENCE_HEADER,
-    Processed, Received, RelayConfig,
+    Processed, Received, RelayConfig, Routes,
 };
 use event_tests::db::{Orders, TestDb, postgres_lean};
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
@@ -52,6 +52,25 @@ fn applied_of(applied: &Applied, id: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `consumer` with handlers that record the placed orders and notes they apply in `applied`
+/// (payments have none).
+fn recording<'a, DB: Orders>(
+    consumer: Consumer<DB>,
+    applied: &'a Applied,
+) -> Consumer<DB, impl Routes<DB> + 'a> {
+    consumer
+        .on(
+            async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
+                push(applied, &e.envelope);
+                Ok(())
+            },
+        )
+        .on(async |_tx: &mut DB::Connection, e: Delivered<NoteAdded>| {
+            push(applied, &e.envelope);
+            Ok(())
+        })
+}
+
 async fn inbox_rows<DB: Orders>(db: &TestDb<DB>) -> i64 {
     DB::count(db.pool(), "SELECT COUNT(*) FROM consumed_event")
         .await
@@ -62,18 +81,10 @@ async fn an_early_event_waits_for_its_predecessor<DB: Orders>(db: &TestDb<DB>) {
     let bodies = bodies();
     let applied = Applied::default();
     // Placed orders and notes; payments have no handler.
-    let consumer = Consumer::new(db.pool().clone(), "view", "1.0.0")
-        .in_order()
-        .on(
-            async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
-                push(&applied, &e.envelope);
-                Ok(())
-            },
-        )
-        .on(async |_tx: &mut DB::Connection, e: Delivered<NoteAdded>| {
-            push(&applied, &e.envelope);
-            Ok(())
-        });
+    let consumer = recording(
+        Consumer::new(db.pool().clone(), "view", "1.0.0").in_order(),
+        &applied,
+    );
     let receive = async |i: usize| consumer.receive(&bodies[i], None).await.unwrap();
 
     assert_eq!(receive(NOTE_3).await, Processed::Early { waits_for: 1 });
@@ -216,19 +227,12 @@ async fn a_predecessor_that_never_comes_is_skipped_after_the_wait<DB: Orders>(db
 async fn stale_events_are_not_refused_when_they_came_in_order<DB: Orders>(db: &TestDb<DB>) {
     let bodies = bodies();
     let applied = Applied::default();
-    let consumer = Consumer::new(db.pool().clone(), "view", "1.0.0")
-        .in_order()
-        .reject_stale()
-        .on(
-            async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
-                push(&applied, &e.envelope);
-                Ok(())
-            },
-        )
-        .on(async |_tx: &mut DB::Connection, e: Delivered<NoteAdded>| {
-            push(&applied, &e.envelope);
-            Ok(())
-        });
+    let consumer = recording(
+        Consumer::new(db.pool().clone(), "view", "1.0.0")
+            .in_order()
+            .reject_stale(),
+        &applied,
+    );
     let receive = async |i: usize| consumer.receive(&bodies[i], None).await.unwrap();
     // Without the guard, the note would be applied and the placement refused as stale.
     assert_eq!(receive(NOTE_3).await, Processed::Early { waits_for: 1 });
@@ -314,20 +318,13 @@ async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(d
     let applied = Applied::default();
     let clock = ManualClock::starting_now();
     let consumer = |name: &'static str| {
-        Consumer::new(db.pool().clone(), name, "1.0.0")
-            .clock(clock.clone())
-            .in_order()
-            .order_wait(Duration::from_secs(60))
-            .on(
-                async |_tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
-                    push(&applied, &e.envelope);
-                    Ok(())
-                },
-            )
-            .on(async |_tx: &mut DB::Connection, e: Delivered<NoteAdded>| {
-                push(&applied, &e.envelope);
-                Ok(())
-            })
+        recording(
+            Consumer::new(db.pool().clone(), name, "1.0.0")
+                .clock(clock.clone())
+                .in_order()
+                .order_wait(Duration::from_secs(60)),
+            &applied,
+        )
     };
     let one = consumer("one-by-one");
     let receive = async |id: &str, sequence: u64| one.receive(&body(id, sequence), None).await;
