@@ -10,7 +10,7 @@ use std::time::Duration;
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{
     ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, PREVIOUS_SEQUENCE_HEADER,
-    Processed, Received, RelayConfig, Routes,
+    Processed, Received, RelayConfig, Republish, Routes,
 };
 use event_tests::db::{Orders, TestDb, postgres_lean};
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
@@ -307,6 +307,33 @@ async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(d
     ] {
         assert!(stamps.contains(&expected), "{expected:?} in {stamps:?}");
     }
+    // Sent again (an operator's republish, reconcile's repair), they carry it too.
+    let (again, mut resent) = ChannelPublisher::channel(16);
+    let report = db
+        .outbox
+        .republish(&Republish::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(report.accepted, 4, "{report:?}");
+    let mut restamped = Vec::new();
+    while let Ok(message) = resent.try_recv() {
+        let e = message.envelope;
+        restamped.push((
+            e.aggregate_id.clone(),
+            e.aggregate_sequence,
+            e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
+        ));
+    }
+    restamped.sort();
+    assert_eq!(
+        restamped,
+        [
+            ("o-1".to_owned(), 1, None),
+            ("o-1".to_owned(), 3, Some("1".to_owned())),
+            ("o-1".to_owned(), 4, None),
+            ("o-2".to_owned(), 3, Some("0".to_owned())),
+        ]
+    );
     let body = |id: &str, sequence: u64| {
         let envelope = published
             .iter()

@@ -273,7 +273,8 @@ impl<DB: Backend> Outbox<DB> {
                 *report.per_type.entry(key.event_type.clone()).or_default() += totals;
             }
             if let (Some(publisher), false) = (publisher, to_republish.is_empty()) {
-                let records = self.select(Select::ByIds { ids: &to_republish }).await?;
+                let mut records = self.select(Select::ByIds { ids: &to_republish }).await?;
+                self.stamp_cancelled_predecessors(&mut records).await?;
                 let republished = report.republished.get_or_insert_default();
                 Self::republish_records(&records, run, publisher, republished).await?;
             }

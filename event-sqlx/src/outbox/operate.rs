@@ -138,8 +138,28 @@ impl<DB: Backend> Outbox<DB> {
                 return Ok(report);
             };
             after_id = last.id;
+            let mut page = page;
+            self.stamp_cancelled_predecessors(&mut page).await?;
             Self::republish_records(&page, run, publisher, &mut report).await?;
         }
+    }
+
+    /// Adds to `records`, about to be sent again, the header a relay's claim adds to an event
+    /// whose previous sequence was cancelled ([`PREVIOUS_SEQUENCE_HEADER`]), so that in-order
+    /// consumers fed by the republish do not wait for the cancelled ones.
+    ///
+    /// [`PREVIOUS_SEQUENCE_HEADER`]: crate::PREVIOUS_SEQUENCE_HEADER
+    pub(crate) async fn stamp_cancelled_predecessors(
+        &self,
+        records: &mut [OutboxRecord],
+    ) -> Result<(), Error> {
+        if records.iter().all(|r| r.aggregate_sequence <= 1) {
+            return Ok(());
+        }
+        let mut conn = self.conn().await?;
+        sql::stamp_cancelled_predecessors::<DB>(&mut conn, &self.config.table, records)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     /// Sends `records` again through `publisher` as the republish `run`, counting into `report`.

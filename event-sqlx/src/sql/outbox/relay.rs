@@ -405,6 +405,42 @@ pub(crate) async fn previous_live<DB: Backend>(
     Ok((between == record.aggregate_sequence - previous - 1).then_some(previous))
 }
 
+/// Stamps the `records` (read for sending again, not claimed) whose previous sequence was
+/// cancelled or deleted, as a claim does: one query for all of them, and [`previous_live`]
+/// for those.
+pub(crate) async fn stamp_cancelled_predecessors<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    records: &mut [OutboxRecord],
+) -> Result<(), sqlx::Error> {
+    let followers: Vec<i64> = records
+        .iter()
+        .filter(|r| r.aggregate_sequence > 1)
+        .map(|r| r.id)
+        .collect();
+    if followers.is_empty() {
+        return Ok(());
+    }
+    let mut q = Sql::<DB>::new(format!(
+        "SELECT o.id{} FROM {table} o WHERE o.id",
+        cancelled_previous(table, "o")
+    ));
+    q.in_ids(&followers);
+    let mut flagged = std::collections::HashSet::new();
+    for row in q.fetch(&mut *conn).await? {
+        let c = Columns::<DB>(&row);
+        if c.opt_i64("cancelled_previous")?.is_some() {
+            flagged.insert(c.id("id")?);
+        }
+    }
+    for record in records.iter_mut().filter(|r| flagged.contains(&r.id)) {
+        if let Some(previous) = previous_live::<DB>(conn, table, record).await? {
+            stamp_previous(record, previous);
+        }
+    }
+    Ok(())
+}
+
 /// Tells the consumers of `record` that its aggregate's previous published event is sequence
 /// `previous` (see [`PREVIOUS_SEQUENCE_HEADER`]), in the claimed row's headers, not in the
 /// table. Headers that are not a JSON object are left alone: the relay reports them as
