@@ -55,8 +55,9 @@ pub(crate) struct Guarded<T> {
 /// applied (or settled) so far: once its [`predecessor`] is. Sequence 0 (an event of no
 /// aggregate) and 1 have no predecessor; an event at or below `known` is late, not early.
 pub(crate) fn in_sequence(envelope: &EventEnvelope, known: Option<u64>) -> bool {
+    // Sequences 0 and 1 have predecessor 0.
     let before = predecessor(envelope);
-    envelope.aggregate_sequence <= 1 || before == 0 || known.is_some_and(|known| known >= before)
+    before == 0 || known.is_some_and(|known| known >= before)
 }
 
 /// The sequence an event of an ordered aggregate waits for: the one before it, or, when the

@@ -320,16 +320,14 @@ pub(crate) async fn claim<DB: Backend>(
     // (its in-order consumers then wait for the cancelled sequences), not the batch leased.
     let mut stamped = Vec::with_capacity(records.len());
     for (mut record, cancelled) in records {
-        if cancelled.is_some() {
-            match previous_live::<DB>(conn, table, &record).await {
-                Ok(Some(previous)) => stamp_previous(&mut record, previous),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(
+        if cancelled.is_some()
+            && let Err(e) = stamp_after_cancelled::<DB>(conn, table, &mut record).await
+        {
+            tracing::warn!(
                     event_id = %record.event_no,
                     error = %e,
-                    "could not read which events before this one were cancelled; it is published without {PREVIOUS_SEQUENCE_HEADER}"
-                ),
-            }
+                "could not read which events before this one were cancelled; it is published without {PREVIOUS_SEQUENCE_HEADER}"
+            );
         }
         stamped.push(record);
     }
@@ -369,7 +367,7 @@ fn decode_claimed<DB: Backend>(
 /// sequence between the two is still in the table, so that each is known never to be
 /// published. `None` when one is missing (archived, say): then the consumer waits for it, as
 /// for any event.
-pub(crate) async fn previous_live<DB: Backend>(
+async fn previous_live<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
     record: &OutboxRecord,
@@ -434,9 +432,20 @@ pub(crate) async fn stamp_cancelled_predecessors<DB: Backend>(
         }
     }
     for record in records.iter_mut().filter(|r| flagged.contains(&r.id)) {
-        if let Some(previous) = previous_live::<DB>(conn, table, record).await? {
-            stamp_previous(record, previous);
-        }
+        stamp_after_cancelled::<DB>(conn, table, record).await?;
+    }
+    Ok(())
+}
+
+/// For `record`, whose previous sequence was cancelled or deleted: stamps it with the last
+/// earlier sequence that was neither, when [`previous_live`] can tell.
+async fn stamp_after_cancelled<DB: Backend>(
+    conn: &mut DB::Connection,
+    table: &TableName,
+    record: &mut OutboxRecord,
+) -> Result<(), sqlx::Error> {
+    if let Some(previous) = previous_live::<DB>(conn, table, record).await? {
+        stamp_previous(record, previous);
     }
     Ok(())
 }
@@ -445,7 +454,7 @@ pub(crate) async fn stamp_cancelled_predecessors<DB: Backend>(
 /// `previous` (see [`PREVIOUS_SEQUENCE_HEADER`]), in the claimed row's headers, not in the
 /// table. Headers that are not a JSON object are left alone: the relay reports them as
 /// unreadable when it builds the envelope.
-pub(crate) fn stamp_previous(record: &mut OutboxRecord, previous: i64) {
+fn stamp_previous(record: &mut OutboxRecord, previous: i64) {
     let value = serde_json::Value::String(previous.to_string());
     match &mut record.event_headers {
         Some(serde_json::Value::Object(headers)) => {
