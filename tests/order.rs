@@ -435,12 +435,75 @@ async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestD
     assert_eq!(sequences, [(1, None), (3, None)]);
 }
 
+/// The header is the relay's: one the application put on its events (here on every event of
+/// the unit of work, `0`, which would let a consumer apply any of them first) is not published,
+/// by a claim or by a republish, and the relay's own stamp replaces it where one is due.
+async fn an_application_header_does_not_pass_for_the_relays_stamp<DB: Orders>(db: &TestDb<DB>) {
+    let mut order = Order::place("o-1", 10).unwrap();
+    order.pay(10).unwrap();
+    order.note("packed");
+    let context = EventContext::new("order-service").header(PREVIOUS_SEQUENCE_HEADER, "0");
+    let mut uow = UnitOfWork::new(context);
+    uow.collect(&mut order).unwrap();
+    let _ = db
+        .outbox
+        .commit(db.pool().begin().await.unwrap(), uow)
+        .await
+        .unwrap();
+    let events = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
+    assert!(
+        db.outbox
+            .cancel(&events[1].event_no, "by hand")
+            .await
+            .unwrap()
+    );
+    let stamps = |received: &mut tokio::sync::mpsc::Receiver<event_sqlx::OutboxMessage>| {
+        let mut stamps = Vec::new();
+        while let Ok(message) = received.try_recv() {
+            let e = message.envelope;
+            stamps.push((
+                e.aggregate_sequence,
+                e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
+            ));
+        }
+        stamps.sort();
+        stamps
+    };
+    let expected = [(1, None), (3, Some("1".to_owned()))];
+
+    let (publisher, mut received) = ChannelPublisher::channel(16);
+    let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
+    assert_eq!(relay.drain().await.unwrap().published, 2);
+    drop(relay);
+    assert_eq!(stamps(&mut received), expected);
+
+    let (again, mut resent) = ChannelPublisher::channel(16);
+    let report = db
+        .outbox
+        .republish(&Republish::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(report.accepted, 2, "{report:?}");
+    assert_eq!(stamps(&mut resent), expected);
+
+    // The application's header itself stays in the table, as it was written.
+    let stored = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
+    assert!(stored.iter().all(|r| {
+        r.event_headers
+            .as_ref()
+            .and_then(|h| h.get(PREVIOUS_SEQUENCE_HEADER))
+            .and_then(|v| v.as_str())
+            == Some("0")
+    }));
+}
+
 event_tests::on_every_backend!(
     #[tokio::test]
     postgres = TestDb::postgres(), postgres_lean = postgres_lean(),
     mysql = TestDb::mysql(), sqlite = TestDb::sqlite();
     a_cancelled_predecessor_does_not_hold_back_the_next_event,
     no_stamp_past_a_sequence_missing_from_the_outbox,
+    an_application_header_does_not_pass_for_the_relays_stamp,
 );
 
 event_tests::on_every_backend!(

@@ -92,7 +92,11 @@ impl EventContext {
         self
     }
 
-    /// Adds a header of the application's own.
+    /// Adds a header of the application's own, carried in [`EventHeaders::extra`].
+    ///
+    /// `previoussequence` is not one: the outbox's relay sets it itself, on events whose
+    /// aggregate's previous events were cancelled, and drops a header of that name added here
+    /// (copied from a consumed event, say) when it publishes the event.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.extra.insert(name.into(), value.into());
         self

@@ -146,13 +146,15 @@ impl<DB: Backend> Outbox<DB> {
 
     /// Adds to `records`, about to be sent again, the header a relay's claim adds to an event
     /// whose previous sequence was cancelled ([`PREVIOUS_SEQUENCE_HEADER`]), so that in-order
-    /// consumers fed by the republish do not wait for the cancelled ones.
+    /// consumers fed by the republish do not wait for the cancelled ones; and, as a claim does,
+    /// drops a header of that name that the rows themselves carry.
     ///
     /// [`PREVIOUS_SEQUENCE_HEADER`]: crate::PREVIOUS_SEQUENCE_HEADER
     pub(crate) async fn stamp_cancelled_predecessors(
         &self,
         records: &mut [OutboxRecord],
     ) -> Result<(), Error> {
+        records.iter_mut().for_each(sql::clear_previous);
         if records.iter().all(|r| r.aggregate_sequence <= 1) {
             return Ok(());
         }

@@ -138,6 +138,10 @@ impl FromStr for WireFormat {
 /// [`order_wait`](crate::Consumer::order_wait) for sequences that will never come. Events whose
 /// previous sequence is published, most of them, do not carry it.
 ///
+/// Only the relay sets it: a header of this name that the application added to the event
+/// (`EventContext::header`) is dropped when the relay claims the event, or when it is sent
+/// again ([`Outbox::republish`](crate::Outbox::republish), reconciliation's repair).
+///
 /// ```
 /// use event_sqlx::PREVIOUS_SEQUENCE_HEADER;
 ///

@@ -320,6 +320,7 @@ pub(crate) async fn claim<DB: Backend>(
     // (its in-order consumers then wait for the cancelled sequences), not the batch leased.
     let mut stamped = Vec::with_capacity(records.len());
     for (mut record, cancelled) in records {
+        clear_previous(&mut record);
         if cancelled.is_some()
             && let Err(e) = stamp_after_cancelled::<DB>(conn, table, &mut record).await
         {
@@ -405,7 +406,8 @@ async fn previous_live<DB: Backend>(
 
 /// Stamps the `records` (read for sending again, not claimed) whose previous sequence was
 /// cancelled or deleted, as a claim does: one query for all of them, and [`previous_live`]
-/// for those.
+/// for those. The caller drops the headers of that name stored with them first (see
+/// [`clear_previous`]).
 pub(crate) async fn stamp_cancelled_predecessors<DB: Backend>(
     conn: &mut DB::Connection,
     table: &TableName,
@@ -448,6 +450,16 @@ async fn stamp_after_cancelled<DB: Backend>(
         stamp_previous(record, previous);
     }
     Ok(())
+}
+
+/// Drops a [`PREVIOUS_SEQUENCE_HEADER`] stored with the row: an application's own header of
+/// that name (`EventContext::header`, say, copied from an event it consumed), which would
+/// otherwise tell in-order consumers to skip sequences that are still to come. Only the relay
+/// sets it, on the claimed or re-read record, never in the table.
+pub(crate) fn clear_previous(record: &mut OutboxRecord) {
+    if let Some(serde_json::Value::Object(headers)) = &mut record.event_headers {
+        headers.remove(PREVIOUS_SEQUENCE_HEADER);
+    }
 }
 
 /// Tells the consumers of `record` that its aggregate's previous published event is sequence
