@@ -391,14 +391,16 @@ async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(d
     assert_eq!(applied_of(&applied, "o-2"), [3]);
 }
 
-/// A stamp only where every skipped sequence is known to be cancelled: with o-1's payment
-/// cancelled and its placement deleted from the table (as archiving does), the note carries
-/// none, and waits for what it cannot see.
-async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestDb<DB>) {
+/// Commits o-1 placed (1), paid (2) and noted (3) under `context`, then cancels the payment
+/// (an operator refunded it by hand); returns the three rows.
+async fn paid_by_hand<DB: Orders>(
+    db: &TestDb<DB>,
+    context: EventContext,
+) -> Vec<event_sqlx::OutboxRecord> {
     let mut order = Order::place("o-1", 10).unwrap();
     order.pay(10).unwrap();
     order.note("packed");
-    let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+    let mut uow = UnitOfWork::new(context);
     uow.collect(&mut order).unwrap();
     let _ = db
         .outbox
@@ -412,6 +414,14 @@ async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestD
             .await
             .unwrap()
     );
+    events
+}
+
+/// A stamp only where every skipped sequence is known to be cancelled: with o-1's payment
+/// cancelled and its placement deleted from the table (as archiving does), the note carries
+/// none, and waits for what it cannot see.
+async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestDb<DB>) {
+    let events = paid_by_hand(db, EventContext::new("order-service")).await;
     let (publisher, mut received) = ChannelPublisher::channel(16);
     let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
     // The placement goes first; then it leaves the table, and the cancelled payment stays.
@@ -439,24 +449,8 @@ async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestD
 /// the unit of work, `0`, which would let a consumer apply any of them first) is not published,
 /// by a claim or by a republish, and the relay's own stamp replaces it where one is due.
 async fn an_application_header_does_not_pass_for_the_relays_stamp<DB: Orders>(db: &TestDb<DB>) {
-    let mut order = Order::place("o-1", 10).unwrap();
-    order.pay(10).unwrap();
-    order.note("packed");
     let context = EventContext::new("order-service").header(PREVIOUS_SEQUENCE_HEADER, "0");
-    let mut uow = UnitOfWork::new(context);
-    uow.collect(&mut order).unwrap();
-    let _ = db
-        .outbox
-        .commit(db.pool().begin().await.unwrap(), uow)
-        .await
-        .unwrap();
-    let events = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
-    assert!(
-        db.outbox
-            .cancel(&events[1].event_no, "by hand")
-            .await
-            .unwrap()
-    );
+    let _ = paid_by_hand(db, context).await;
     let stamps = |received: &mut tokio::sync::mpsc::Receiver<event_sqlx::OutboxMessage>| {
         let mut stamps = Vec::new();
         while let Ok(message) = received.try_recv() {
