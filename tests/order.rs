@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use event_core::{EventContext, EventEnvelope, UnitOfWork};
 use event_sqlx::{
-    ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, PREVIOUS_SEQUENCE_HEADER,
-    Processed, Received, RelayConfig, Republish, Routes,
+    ChannelPublisher, Consumer, Delivered, HandlerError, ManualClock, OutboxMessage, OutboxRecord,
+    PREVIOUS_SEQUENCE_HEADER, Processed, Received, RelayConfig, Republish, Routes,
 };
 use event_tests::db::{Orders, TestDb, postgres_lean};
 use event_tests::fixtures::{NoteAdded, Order, OrderPlaced};
@@ -308,25 +308,8 @@ async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(d
         assert!(stamps.contains(&expected), "{expected:?} in {stamps:?}");
     }
     // Sent again (an operator's republish, reconcile's repair), they carry it too.
-    let (again, mut resent) = ChannelPublisher::channel(16);
-    let report = db
-        .outbox
-        .republish(&Republish::default(), &again)
-        .await
-        .unwrap();
-    assert_eq!(report.accepted, 4, "{report:?}");
-    let mut restamped = Vec::new();
-    while let Ok(message) = resent.try_recv() {
-        let e = message.envelope;
-        restamped.push((
-            e.aggregate_id.clone(),
-            e.aggregate_sequence,
-            e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
-        ));
-    }
-    restamped.sort();
     assert_eq!(
-        restamped,
+        republished(db, 4).await,
         [
             ("o-1".to_owned(), 1, None),
             ("o-1".to_owned(), 3, Some("1".to_owned())),
@@ -391,12 +374,43 @@ async fn a_cancelled_predecessor_does_not_hold_back_the_next_event<DB: Orders>(d
     assert_eq!(applied_of(&applied, "o-2"), [3]);
 }
 
+/// (aggregate id, sequence, [`PREVIOUS_SEQUENCE_HEADER`]) of each message `received` holds,
+/// sorted.
+fn stamps_of(
+    received: &mut tokio::sync::mpsc::Receiver<OutboxMessage>,
+) -> Vec<(String, u64, Option<String>)> {
+    let mut stamps = Vec::new();
+    while let Ok(message) = received.try_recv() {
+        let e = message.envelope;
+        stamps.push((
+            e.aggregate_id,
+            e.aggregate_sequence,
+            e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
+        ));
+    }
+    stamps.sort();
+    stamps
+}
+
+/// Sends every published event again, as an operator's republish or reconciliation's repair
+/// does, checks that all `events` went, and returns their [`stamps_of`].
+async fn republished<DB: Orders>(
+    db: &TestDb<DB>,
+    events: usize,
+) -> Vec<(String, u64, Option<String>)> {
+    let (again, mut resent) = ChannelPublisher::channel(16);
+    let report = db
+        .outbox
+        .republish(&Republish::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(report.accepted, events, "{report:?}");
+    stamps_of(&mut resent)
+}
+
 /// Commits o-1 placed (1), paid (2) and noted (3) under `context`, then cancels the payment
 /// (an operator refunded it by hand); returns the three rows.
-async fn paid_by_hand<DB: Orders>(
-    db: &TestDb<DB>,
-    context: EventContext,
-) -> Vec<event_sqlx::OutboxRecord> {
+async fn paid_by_hand<DB: Orders>(db: &TestDb<DB>, context: EventContext) -> Vec<OutboxRecord> {
     let mut order = Order::place("o-1", 10).unwrap();
     order.pay(10).unwrap();
     order.note("packed");
@@ -451,34 +465,17 @@ async fn no_stamp_past_a_sequence_missing_from_the_outbox<DB: Orders>(db: &TestD
 async fn an_application_header_does_not_pass_for_the_relays_stamp<DB: Orders>(db: &TestDb<DB>) {
     let context = EventContext::new("order-service").header(PREVIOUS_SEQUENCE_HEADER, "0");
     let _ = paid_by_hand(db, context).await;
-    let stamps = |received: &mut tokio::sync::mpsc::Receiver<event_sqlx::OutboxMessage>| {
-        let mut stamps = Vec::new();
-        while let Ok(message) = received.try_recv() {
-            let e = message.envelope;
-            stamps.push((
-                e.aggregate_sequence,
-                e.headers.extra.get(PREVIOUS_SEQUENCE_HEADER).cloned(),
-            ));
-        }
-        stamps.sort();
-        stamps
-    };
-    let expected = [(1, None), (3, Some("1".to_owned()))];
+    let expected = [
+        ("o-1".to_owned(), 1, None),
+        ("o-1".to_owned(), 3, Some("1".to_owned())),
+    ];
 
     let (publisher, mut received) = ChannelPublisher::channel(16);
     let relay = db.outbox.relay(publisher, RelayConfig::new("relay"));
     assert_eq!(relay.drain().await.unwrap().published, 2);
     drop(relay);
-    assert_eq!(stamps(&mut received), expected);
-
-    let (again, mut resent) = ChannelPublisher::channel(16);
-    let report = db
-        .outbox
-        .republish(&Republish::default(), &again)
-        .await
-        .unwrap();
-    assert_eq!(report.accepted, 2, "{report:?}");
-    assert_eq!(stamps(&mut resent), expected);
+    assert_eq!(stamps_of(&mut received), expected);
+    assert_eq!(republished(db, 2).await, expected);
 
     // The application's header itself stays in the table, as it was written.
     let stored = db.outbox.by_aggregate("ORDER", "o-1").await.unwrap();
