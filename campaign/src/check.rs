@@ -17,6 +17,7 @@ const SUCCEEDED: i16 = 2;
 const CANCELLED: i16 = 4;
 
 /// How far the run has come, from the tables.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Progress {
     /// Events committed.
     pub(crate) total: i64,
@@ -26,6 +27,18 @@ pub(crate) struct Progress {
     pub(crate) cancelled: i64,
     /// Events that were not cancelled and have an effect.
     pub(crate) applied: i64,
+}
+
+impl Progress {
+    /// Every committed event is published or cancelled.
+    pub(crate) fn settled(&self) -> bool {
+        self.published + self.cancelled == self.total
+    }
+
+    /// Settled, and every event not cancelled has its effect: the drain is over.
+    pub(crate) fn drained(&self) -> bool {
+        self.settled() && self.applied == self.total - self.cancelled
+    }
 }
 
 /// One outbox row.

@@ -254,14 +254,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut next_report = Duration::from_secs(10);
         while load_start.elapsed() < load {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if let Ok(check::Progress {
-                total,
-                published,
-                cancelled,
-                applied,
-            }) = world_ref.truth.progress().await
-            {
-                if published != last_published || published + cancelled == total {
+            if let Ok(progress) = world_ref.truth.progress().await {
+                let check::Progress {
+                    total,
+                    published,
+                    cancelled,
+                    applied,
+                } = progress;
+                if published != last_published || progress.settled() {
                     last_published = published;
                     since = tokio::time::Instant::now();
                 } else {
@@ -302,14 +302,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let drain_deadline = Duration::from_secs(args.drain_limit.max(1) * 3);
     let mut drained = None;
     while healed.elapsed() < drain_deadline {
-        if let Ok(check::Progress {
-            total,
-            published,
-            cancelled,
-            applied,
-        }) = world.truth.progress().await
-            && published + cancelled == total
-            && applied == total - cancelled
+        if let Ok(progress) = world.truth.progress().await
+            && progress.drained()
         {
             drained = Some(healed.elapsed());
             break;
@@ -561,8 +555,9 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
 
 /// The operator: `cancels` times, evenly spread over the load, cancels the newest pending event
 /// that follows another of its aggregate and was never tried (see
-/// [`Truth::newest_pending_follower`]) with `eventctl outbox cancel`, as someone would by hand; a few tries each, since relays claim new events within milliseconds. Returns how many
-/// were cancelled.
+/// [`Truth::newest_pending_follower`]) with `eventctl outbox cancel`, as someone would by hand;
+/// a few tries each, since relays claim new events within milliseconds. Returns how many were
+/// cancelled.
 async fn operate(
     world: &World,
     load_start: tokio::time::Instant,

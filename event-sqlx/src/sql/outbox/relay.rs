@@ -325,8 +325,8 @@ pub(crate) async fn claim<DB: Backend>(
             && let Err(e) = stamp_after_cancelled::<DB>(conn, table, &mut record).await
         {
             tracing::warn!(
-                    event_id = %record.event_no,
-                    error = %e,
+                event_id = %record.event_no,
+                error = %e,
                 "could not read which events before this one were cancelled; it is published without {PREVIOUS_SEQUENCE_HEADER}"
             );
         }
