@@ -6,6 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use event_core::EventEnvelope;
 use sqlx::Pool;
+use sqlx::pool::PoolConnection;
 
 use crate::clock::{self, Clock, SharedClock};
 use crate::sql::dialect::Backend;
@@ -120,6 +121,47 @@ pub struct Inbox<DB: Backend> {
     reject_stale: bool,
     in_order: bool,
     clock: SharedClock,
+    kept: Arc<Kept<DB>>,
+}
+
+/// The connection an inbox keeps from one transaction to the next while a subscription is
+/// busy ([`Inbox::hold`]): taking a connection from the pool and giving it back cost a round
+/// trip each (sqlx checks it both ways), as many as the transaction's own `BEGIN` and `COMMIT`.
+#[derive(Debug)]
+pub(crate) struct Kept<DB: sqlx::Database> {
+    /// How many [`Holding`]s are alive, and the connection kept for the next transaction.
+    slot: std::sync::Mutex<(usize, Option<PoolConnection<DB>>)>,
+}
+
+impl<DB: sqlx::Database> Kept<DB> {
+    fn new() -> Self {
+        Kept {
+            slot: std::sync::Mutex::new((0, None)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, Option<PoolConnection<DB>>)> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// While alive, the inbox keeps its connection between transactions (see [`Inbox::hold`]);
+/// dropping the last one gives the kept connection back to the pool.
+#[derive(Debug)]
+pub(crate) struct Holding<DB: sqlx::Database>(Arc<Kept<DB>>);
+
+impl<DB: sqlx::Database> Drop for Holding<DB> {
+    fn drop(&mut self) {
+        let released = {
+            let mut slot = self.0.lock();
+            slot.0 = slot.0.saturating_sub(1);
+            if slot.0 == 0 { slot.1.take() } else { None }
+        };
+        // Back to the pool outside the lock.
+        drop(released);
+    }
 }
 
 impl<DB: Backend> Inbox<DB> {
@@ -132,7 +174,45 @@ impl<DB: Backend> Inbox<DB> {
             reject_stale: false,
             in_order: false,
             clock: clock::system(),
+            kept: Arc::new(Kept::new()),
         }
+    }
+
+    /// Keeps the connection of each transaction that ended cleanly for the next one, until the
+    /// returned guard is dropped: for a subscription while messages keep coming, so that a
+    /// transaction costs its own statements and not also the pool's checks of the connection.
+    /// A connection is kept only while the pool has another to spare (an idle one, or room to
+    /// open one), so other users of a small pool are not kept waiting; a transaction that
+    /// failed on the database gives its connection back to the pool, which checks it.
+    pub(crate) fn hold(&self) -> Holding<DB> {
+        self.kept.lock().0 += 1;
+        Holding(Arc::clone(&self.kept))
+    }
+
+    /// A connection for a transaction: the one kept from the last, or one from the pool.
+    pub(crate) async fn connection(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
+        let kept = self.kept.lock().1.take();
+        match kept {
+            Some(conn) => Ok(conn),
+            None => self.pool.acquire().await,
+        }
+    }
+
+    /// Gives back the connection of a transaction that ended cleanly (committed or rolled
+    /// back): kept for the next one while held and the pool can spare it, else to the pool.
+    pub(crate) fn give_back(&self, conn: PoolConnection<DB>) {
+        let spare = self.pool.num_idle() > 0
+            || self.pool.size() < self.pool.options().get_max_connections();
+        let released = {
+            let mut slot = self.kept.lock();
+            if slot.0 > 0 && spare && slot.1.is_none() {
+                slot.1 = Some(conn);
+                None
+            } else {
+                Some(conn)
+            }
+        };
+        drop(released);
     }
 
     /// Reads the time from `clock` instead of the system clock (see [`ManualClock`]).
@@ -238,8 +318,28 @@ impl<DB: Backend> Inbox<DB> {
             table: self.table.to_string(),
             source,
         };
+        let mut conn = self.connection().await.map_err(db)?;
+        let guarded = self.guarded_on(&mut conn, envelope, order, handler).await;
+        if guarded.is_ok() {
+            self.give_back(conn);
+        }
+        guarded
+    }
+
+    /// [`Inbox::handle_guarded`] on `conn`.
+    async fn guarded_on<T, E>(
+        &self,
+        conn: &mut PoolConnection<DB>,
+        envelope: &EventEnvelope,
+        order: Option<OrderCheck>,
+        handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
+    ) -> Result<Guarded<T>, InboxError<E>> {
+        let db = |source| InboxError::Database {
+            table: self.table.to_string(),
+            source,
+        };
         let done = |handled| Guarded { handled, gap: None };
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = sqlx::Connection::begin(&mut **conn).await.map_err(db)?;
         let first =
             sql::insert_consumed::<DB>(&mut tx, &self.table, &self.consumer, envelope, self.now())
                 .await
@@ -294,6 +394,8 @@ impl<DB: Backend> Clone for Inbox<DB> {
             reject_stale: self.reject_stale,
             in_order: self.in_order,
             clock: Arc::clone(&self.clock),
+            // Each copy keeps a connection of its own.
+            kept: Arc::new(Kept::new()),
         }
     }
 }

@@ -383,8 +383,18 @@ impl JetStreamSubscription {
         let Some(messages) = guard.as_mut() else {
             unreachable!("the pull stream was just opened")
         };
+        let mut holding = None;
         loop {
-            let first = match tokio::time::timeout(idle, messages.next()).await {
+            let next = match messages.next().now_or_never() {
+                Some(next) => Ok(next),
+                None => {
+                    // Nothing waiting: the consumer's connection goes back to the pool while
+                    // the stream is quiet.
+                    holding = None;
+                    tokio::time::timeout(idle, messages.next()).await
+                }
+            };
+            let first = match next {
                 Err(_) => return Ok(()),
                 Ok(None) => {
                     *guard = None;
@@ -424,6 +434,7 @@ impl JetStreamSubscription {
                 },
                 destination: &|m: &jetstream::Message| m.subject.to_string(),
             };
+            holding.get_or_insert_with(|| consumer.hold_connection());
             let processed = super::receive_batch(consumer, &chunk, source, report).await;
             let early = match processed {
                 Ok(early) => early,

@@ -277,7 +277,22 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         &self,
         batch: &[(usize, EventEnvelope)],
     ) -> Result<BatchRun, sqlx::Error> {
-        let mut tx = self.inbox.pool().begin().await?;
+        let mut conn = self.inbox.connection().await?;
+        let run = self.try_batch_on(&mut conn, batch).await;
+        if run.is_ok() {
+            // Committed, or rolled back after a handler failed: the connection is clean.
+            self.inbox.give_back(conn);
+        }
+        run
+    }
+
+    /// [`Self::try_batch`] on `conn`.
+    async fn try_batch_on(
+        &self,
+        conn: &mut sqlx::pool::PoolConnection<DB>,
+        batch: &[(usize, EventEnvelope)],
+    ) -> Result<BatchRun, sqlx::Error> {
+        let mut tx = sqlx::Connection::begin(&mut **conn).await?;
         let envelopes: Vec<&EventEnvelope> = batch.iter().map(|(_, e)| e).collect();
         let mut processed = vec![Processed::Duplicate; batch.len()];
         let mut gaps = Vec::new();

@@ -348,6 +348,13 @@ impl<DB: Backend, R> Consumer<DB, R> {
         self.inbox.consumer()
     }
 
+    /// Keeps the consumer's connection from one transaction to the next while the returned
+    /// guard lives: a subscription holds it while messages keep coming and drops it before it
+    /// waits for more (see `Inbox::hold`).
+    pub(crate) fn hold_connection(&self) -> crate::inbox::Holding<DB> {
+        self.inbox.hold()
+    }
+
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, Error> {
         self.inbox
             .pool()

@@ -356,16 +356,26 @@ impl KafkaSubscription {
         use futures_util::FutureExt;
         let mut held = self.held.lock().await;
         let mut quiet = Duration::ZERO;
+        let mut holding = None;
         loop {
             let wait = if held.messages.is_empty() {
                 idle
             } else {
                 crate::brokers::EARLY_RETRY.min(idle)
             };
+            let next = match self.consumer.recv().now_or_never() {
+                Some(next) => Ok(next),
+                None => {
+                    // Nothing waiting: the consumer's connection goes back to the pool while
+                    // the topic is quiet.
+                    holding = None;
+                    tokio::time::timeout(wait, self.consumer.recv()).await
+                }
+            };
             // librdkafka reconnects by itself: an error here (a broker restarting, a group
             // rebalancing) is reported and consuming goes on; only the consumer's own errors
             // stop it.
-            let mut batch = match tokio::time::timeout(wait, self.consumer.recv()).await {
+            let mut batch = match next {
                 Err(_) => {
                     quiet += wait;
                     self.retry_held(consumer, &mut held, report).await?;
@@ -395,6 +405,7 @@ impl KafkaSubscription {
             if batch.is_empty() {
                 continue;
             }
+            holding.get_or_insert_with(|| consumer.hold_connection());
             let early =
                 match crate::brokers::receive_batch(consumer, &batch, source(), report).await {
                     Ok(early) => early,

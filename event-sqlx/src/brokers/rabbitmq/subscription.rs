@@ -241,13 +241,23 @@ impl RabbitMqSubscription {
             unreachable!("the consumer was just started")
         };
         let mut quiet = std::time::Duration::ZERO;
+        let mut holding = None;
         loop {
             let wait = if held.is_empty() {
                 idle
             } else {
                 crate::brokers::EARLY_RETRY.min(idle)
             };
-            let mut batch = match tokio::time::timeout(wait, deliveries.next()).await {
+            let next = match deliveries.next().now_or_never() {
+                Some(next) => Ok(next),
+                None => {
+                    // Nothing waiting: the consumer's connection goes back to the pool while
+                    // the queue is quiet.
+                    holding = None;
+                    tokio::time::timeout(wait, deliveries.next()).await
+                }
+            };
+            let mut batch = match next {
                 Err(_) => {
                     quiet += wait;
                     if !held.is_empty() {
@@ -278,6 +288,7 @@ impl RabbitMqSubscription {
                     _ => break,
                 }
             }
+            holding.get_or_insert_with(|| consumer.hold_connection());
             let early = self.process(consumer, &batch, held, report).await?;
             if held.is_empty() && !early.iter().any(|e| *e) {
                 // One ack for the batch: every earlier delivery of this channel is acked.
