@@ -201,8 +201,7 @@ impl<DB: Backend> Inbox<DB> {
     /// Gives back the connection of a transaction that ended cleanly (committed or rolled
     /// back): kept for the next one while held and the pool can spare it, else to the pool.
     pub(crate) fn give_back(&self, conn: PoolConnection<DB>) {
-        let spare = self.pool.num_idle() > 0
-            || self.pool.size() < self.pool.options().get_max_connections();
+        let spare = crate::sql::spares_a_connection(&self.pool);
         let released = {
             let mut slot = self.kept.lock();
             if slot.0 > 0 && spare && slot.1.is_none() {

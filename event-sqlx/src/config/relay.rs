@@ -155,7 +155,9 @@ impl RelayConfig {
     /// claim finds work at once, such as the later events of a few long aggregates). An event
     /// committed while the relay is idle is claimed at once, a full batch is followed by the
     /// next claim at once, [`Relay::drain`](crate::Relay::drain) never lingers, and a relay that
-    /// is stopped while it lingers stops at once.
+    /// is stopped while it lingers stops at once. While it lingers it keeps the connection of
+    /// its last write for the next claim if the pool has another to spare (an idle one, or room
+    /// to open one), and gives it back otherwise.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger.min(MAX_LINGER);
         self

@@ -13,7 +13,7 @@ use crate::publisher::{OutboxMessage, PublishError, Publisher};
 use crate::row::outbox::OutboxRecord;
 use crate::sql::dialect::Backend;
 use crate::sql::outbox::{self as sql, Claim, Failure};
-use crate::sql::{Reused, retry_rolled_back, retry_transient};
+use crate::sql::{Reused, retry_rolled_back, retry_transient, spares_a_connection};
 
 use super::{BatchReport, Relay};
 
@@ -63,8 +63,12 @@ impl<DB: Backend, P: Publisher> Relay<DB, P> {
             let (delivered, mut conn) = self.deliver_keeping(batch).await;
             let linger = linger.saturating_sub(started.elapsed());
             if !linger.is_zero() {
-                // Not held while lingering: the pool may be small.
-                conn = None;
+                // Held while lingering only if the pool can spare another: it may be small.
+                // Kept, it saves the next claim the pool's two checks of a connection, a round
+                // trip each.
+                if !spares_a_connection(self.outbox.pool()) {
+                    conn = None;
+                }
                 let mut stopping = self.stopping.subscribe();
                 tokio::select! {
                     () = tokio::time::sleep(linger) => {}

@@ -99,6 +99,13 @@ impl<DB: sqlx::Database> Reused<DB> {
     }
 }
 
+/// Whether `pool` has a connection to spare beside those in use: an idle one, or room to open
+/// one. A connection kept between statements (see [`Reused`]) beyond the next one is kept only
+/// then, so that the other users of a small pool are not kept waiting.
+pub(crate) fn spares_a_connection<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> bool {
+    pool.num_idle() > 0 || pool.size() < pool.options().get_max_connections()
+}
+
 /// Runs `delete`, one bounded DELETE of at most `limit` rows, on a fresh connection each time,
 /// until it deletes fewer than `limit`: locks stay short however much there is to delete.
 /// Returns how many rows it deleted in all.
