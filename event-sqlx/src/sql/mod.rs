@@ -100,8 +100,8 @@ impl<DB: sqlx::Database> Reused<DB> {
 }
 
 /// Whether `pool` has a connection to spare beside those in use: an idle one, or room to open
-/// one. A connection kept between statements (see [`Reused`]) beyond the next one is kept only
-/// then, so that the other users of a small pool are not kept waiting.
+/// one. A connection held while nothing runs on it (a busy consumer's between transactions, a
+/// lingering relay's) is held only then, so that the other users of a small pool do not wait.
 pub(crate) fn spares_a_connection<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> bool {
     pool.num_idle() > 0 || pool.size() < pool.options().get_max_connections()
 }
