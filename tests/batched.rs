@@ -80,6 +80,22 @@ fn outbox(db: &TestDb<Postgres>, topic: &str) -> Outbox<Postgres> {
     )
 }
 
+/// Commits `n` orders placed (`o-0`, `o-1`, ...) and publishes them all through `publisher`
+/// before any consumer starts.
+async fn publish_orders(outbox: &Outbox<Postgres>, publisher: AnyPublisher, n: i64) {
+    commit_orders(
+        outbox,
+        (0..n).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),
+    )
+    .await;
+    let published = outbox
+        .relay(publisher, RelayConfig::new("relay").batch_size(50))
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!(published.published, n as usize);
+}
+
 /// What the consumer applied, in the order it committed.
 const APPLIED: &str = "CREATE TABLE applied (pos BIGSERIAL PRIMARY KEY, aggregate_id TEXT NOT NULL, \
     sequence BIGINT NOT NULL, event_id TEXT NOT NULL)";
@@ -128,18 +144,8 @@ async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {
     let db = TestDb::postgres().await.unwrap();
     sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
     let outbox = outbox(&db, &topic);
-    commit_orders(
-        &outbox,
-        (0..50).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),
-    )
-    .await;
     // Everything is in the broker before the consumer starts: it takes full batches.
-    let published = outbox
-        .relay(publisher, RelayConfig::new("relay").batch_size(50))
-        .drain()
-        .await
-        .unwrap();
-    assert_eq!(published.published, 50);
+    publish_orders(&outbox, publisher, 50).await;
 
     let consumer = Consumer::new(db.pool().clone(), "billing", "1.0.0").on(
         async |tx: &mut PgConnection, placed: Delivered<OrderPlaced>| {
@@ -355,26 +361,6 @@ async fn events_that_arrive_early_wait_for_their_predecessor(broker: &str, batch
     db.cleanup().await;
 }
 
-/// A pool on `db` that counts the connections given back to it.
-async fn counting_pool(
-    db: &TestDb<Postgres>,
-    max_connections: u32,
-) -> (sqlx::PgPool, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let released = std::sync::Arc::new(AtomicUsize::new(0));
-    let counter = std::sync::Arc::clone(&released);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(max_connections)
-        .after_release(move |_, _| {
-            counter.fetch_add(1, Ordering::Relaxed);
-            Box::pin(async { Ok(true) })
-        })
-        .connect(&db.url)
-        .await
-        .unwrap();
-    (pool, released)
-}
-
 /// A subscription with a backlog waiting keeps its consumer's connection from one transaction
 /// to the next, instead of giving it back to the pool and taking it again for each message (a
 /// round trip each way), and gives it back once the broker is quiet. From a pool of one
@@ -413,17 +399,7 @@ async fn a_busy_subscription_keeps_its_connection(broker: &str) {
     let db = TestDb::postgres().await.unwrap();
     sqlx::raw_sql(APPLIED).execute(db.pool()).await.unwrap();
     let outbox = outbox(&db, &topic);
-    commit_orders(
-        &outbox,
-        (0..30).map(|i| Order::place(&format!("o-{i}"), i).unwrap()),
-    )
-    .await;
-    let published = outbox
-        .relay(publisher, RelayConfig::new("relay").batch_size(50))
-        .drain()
-        .await
-        .unwrap();
-    assert_eq!(published.published, 30);
+    publish_orders(&outbox, publisher, 30).await;
 
     // Two consumers, each on a subscription of its own, read the same 30 messages.
     let mut releases = Vec::new();
@@ -432,7 +408,7 @@ async fn a_busy_subscription_keeps_its_connection(broker: &str) {
         ("billing-small-pool", 1, &second),
     ];
     for (name, max_connections, subscription) in runs {
-        let (pool, released) = counting_pool(&db, max_connections).await;
+        let (pool, released) = db.counting_pool(max_connections).await;
         let consumer = Consumer::new(pool.clone(), name, "1.0.0").on(
             async |tx: &mut PgConnection, placed: Delivered<OrderPlaced>| {
                 if placed.order_id == "o-13" {

@@ -104,6 +104,28 @@ impl TestDb<Postgres> {
     }
 }
 
+impl TestDb<Postgres> {
+    /// A pool of at most `max_connections` on this database, and how many connections it has
+    /// been given back (sqlx checks each one it gets back with a round trip).
+    pub async fn counting_pool(
+        &self,
+        max_connections: u32,
+    ) -> (sqlx::PgPool, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&released);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(max_connections)
+            .after_release(move |_, _| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                Box::pin(async { Ok(true) })
+            })
+            .connect(&self.url)
+            .await
+            .unwrap();
+        (pool, released)
+    }
+}
+
 impl TestDb<MySql> {
     /// A fresh MySQL/MariaDB database, or `None` when the server is unreachable and not required.
     pub async fn mysql() -> Option<TestDb<MySql>> {

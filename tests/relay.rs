@@ -1839,17 +1839,7 @@ async fn a_lingering_relay_keeps_its_connection_when_the_pool_can_spare_one() {
     };
     let mut releases = Vec::new();
     for max_connections in [4, 1] {
-        let released = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&released);
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max_connections)
-            .after_release(move |_, _| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                Box::pin(async { Ok(true) })
-            })
-            .connect(&db.url)
-            .await
-            .unwrap();
+        let (pool, released) = db.counting_pool(max_connections).await;
         let outbox = event_sqlx::Outbox::new(pool.clone(), OutboxConfig::new());
         let (publisher, mut received) = ChannelPublisher::channel(16);
         let relay = outbox.relay(
