@@ -313,16 +313,23 @@ impl<DB: Backend> Inbox<DB> {
         order: Option<OrderCheck>,
         handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
     ) -> Result<Guarded<T>, InboxError<E>> {
-        let db = |source| InboxError::Database {
-            table: self.table.to_string(),
-            source,
-        };
-        let mut conn = self.connection().await.map_err(db)?;
+        let mut conn = self
+            .connection()
+            .await
+            .map_err(|source| self.database(source))?;
         let guarded = self.guarded_on(&mut conn, envelope, order, handler).await;
         if guarded.is_ok() {
             self.give_back(conn);
         }
         guarded
+    }
+
+    /// A database error on this inbox's table.
+    fn database<E>(&self, source: sqlx::Error) -> InboxError<E> {
+        InboxError::Database {
+            table: self.table.to_string(),
+            source,
+        }
     }
 
     /// [`Inbox::handle_guarded`] on `conn`.
@@ -333,10 +340,7 @@ impl<DB: Backend> Inbox<DB> {
         order: Option<OrderCheck>,
         handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
     ) -> Result<Guarded<T>, InboxError<E>> {
-        let db = |source| InboxError::Database {
-            table: self.table.to_string(),
-            source,
-        };
+        let db = |source| self.database(source);
         let done = |handled| Guarded { handled, gap: None };
         let mut tx = sqlx::Connection::begin(&mut **conn).await.map_err(db)?;
         let first =
