@@ -481,3 +481,167 @@ mod batch {
 
     event_tests::on_every_backend!(batches_on_one_database);
 }
+
+/// On PostgreSQL a consumer's transaction opens with its inbox row in one message (`BEGIN;
+/// INSERT ...`, the values as literals): text of any kind is stored as it came, an event
+/// consumed before still reads as a duplicate, and a consume cancelled while that message
+/// waits leaves nothing behind for the connection's next user to commit.
+mod one_message {
+    use std::time::Duration;
+
+    use event_core::{EventContext, EventEnvelope, UnitOfWork};
+    use event_sqlx::{Handled, Inbox};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::Order;
+    use event_tests::wait;
+    use sqlx::{PgConnection, Postgres};
+
+    fn placed(id: &str) -> EventEnvelope {
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut Order::place(id, 10).unwrap()).unwrap();
+        uow.commit().remove(0)
+    }
+
+    #[tokio::test]
+    async fn text_is_stored_as_it_came_and_a_repeat_is_a_duplicate() {
+        let Some(db) = TestDb::postgres().await else {
+            return;
+        };
+        let inbox = Inbox::new(db.pool().clone(), r"invoice's \service");
+        let hostile = [
+            r"o-'); DELETE FROM consumed_event; --",
+            r"o-back\slash\\and\'quote",
+            "o-$$dollar$$ E'x' \u{7f} é 中 🧾",
+        ];
+        for id in hostile {
+            let envelope = placed(id);
+            for expected in [Handled::Applied(()), Handled::Duplicate] {
+                let outcome = inbox
+                    .handle(&envelope, async |tx: &mut PgConnection| {
+                        <Postgres as Orders>::save_order(tx, &envelope.aggregate_id, "INVOICED", 1)
+                            .await
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(outcome, expected, "{id}");
+            }
+            let stored: (String, String, String) = sqlx::query_as(
+                "SELECT consumer, event_id, aggregate_id FROM consumed_event WHERE aggregate_id = $1",
+            )
+            .bind(id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            assert_eq!(
+                stored,
+                (
+                    r"invoice's \service".to_owned(),
+                    envelope.event_id.to_string(),
+                    id.to_owned()
+                )
+            );
+        }
+        assert_eq!(
+            <Postgres as Orders>::count_orders(db.pool()).await.unwrap(),
+            3,
+            "one effect per event"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_consume_leaves_no_inbox_row_for_the_next_user_to_commit() {
+        let Some(db) = TestDb::postgres().await else {
+            return;
+        };
+        // One connection: whatever the cancelled consume leaves on it, the next user gets.
+        let pool = db.one_connection().await;
+        let inbox = Inbox::new(pool.clone(), "invoice-service");
+        let envelope = placed("o-1");
+
+        // Another session holds the same inbox row, uncommitted: the consume's INSERT waits.
+        let mut blocker = db.pool().begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO consumed_event (consumer, event_id, consumed_time, aggregate_type, \
+             aggregate_id, aggregate_sequence) VALUES ($1, $2, now(), 'ORDER', 'o-1', 1)",
+        )
+        .bind("invoice-service")
+        .bind(envelope.event_id.as_str())
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let consume = tokio::spawn({
+            let (inbox, envelope) = (inbox.clone(), envelope.clone());
+            async move {
+                tokio::select! {
+                    _ = cancelled => None,
+                    outcome = inbox.handle(&envelope, async |tx: &mut PgConnection| {
+                        <Postgres as Orders>::save_order(tx, "invoice-o-1", "INVOICED", 1).await
+                    }) => Some(outcome),
+                }
+            }
+        });
+        // The consume's session waits on the row lock, inside the message that began its
+        // transaction.
+        let (pid, query) = wait::until(Duration::from_secs(30), async || {
+            sqlx::query_as::<_, (i32, String)>(
+                "SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO consumed_event%'",
+            )
+            .fetch_optional(db.pool())
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no session waits on the inbox row yet".to_owned())
+        })
+        .await;
+        assert!(
+            query.starts_with("BEGIN; INSERT INTO consumed_event"),
+            "the transaction opens with its inbox row: {query}"
+        );
+        cancel.send(()).unwrap();
+        assert!(consume.await.unwrap().is_none(), "cancelled while waiting");
+        // The blocker gives way, so the waiting INSERT goes through on the server.
+        blocker.rollback().await.unwrap();
+
+        // The next user of the pool's one connection commits a transaction of its own.
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        let count = async || -> i64 {
+            sqlx::query_scalar("SELECT COUNT(*) FROM consumed_event")
+                .fetch_one(db.pool())
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            count().await,
+            0,
+            "the next user's commit committed no inbox row without its effect"
+        );
+        // The cancelled consume's session ends without committing anything.
+        wait::until(Duration::from_secs(30), async || {
+            let alive: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1")
+                .bind(pid)
+                .fetch_one(db.pool())
+                .await
+                .map_err(|e| e.to_string())?;
+            if alive == 0 {
+                Ok(())
+            } else {
+                Err(format!("session {pid} still open: the cancelled consume's connection was reused"))
+            }
+        })
+        .await;
+        assert_eq!(count().await, 0, "no inbox row without its effect");
+
+        // Delivered again, the event is applied.
+        let outcome = inbox
+            .handle(&envelope, async |tx: &mut PgConnection| {
+                <Postgres as Orders>::save_order(tx, "invoice-o-1", "INVOICED", 1).await
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, Handled::Applied(()));
+        assert_eq!(<Postgres as Orders>::count_orders(db.pool()).await.unwrap(), 1);
+    }
+}

@@ -164,6 +164,39 @@ impl<DB: sqlx::Database> Drop for Holding<DB> {
     }
 }
 
+/// A pooled connection while one of the inbox's transactions runs on it ([`Inbox::connection`]).
+///
+/// Its transaction may open in the same message as its first statement
+/// ([`sql::begin_recording`]), so that for a moment the server holds a transaction sqlx has
+/// not counted; the connection's next user would commit what it holds. Dropped before the
+/// transaction ended (its future cancelled), the connection is therefore closed, not given
+/// back to the pool. A transaction that ended hands it on with [`Inbox::give_back`] or
+/// [`InUse::release`].
+#[derive(Debug)]
+pub(crate) struct InUse<DB: sqlx::Database>(Option<PoolConnection<DB>>);
+
+impl<DB: sqlx::Database> InUse<DB> {
+    /// The connection.
+    pub(crate) fn get(&mut self) -> &mut PoolConnection<DB> {
+        self.0
+            .as_mut()
+            .expect("an InUse holds its connection until it is consumed")
+    }
+
+    /// Back to the pool, which checks it: after a transaction that failed.
+    pub(crate) fn release(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl<DB: sqlx::Database> Drop for InUse<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.0 {
+            conn.close_on_drop();
+        }
+    }
+}
+
 impl<DB: Backend> Inbox<DB> {
     /// The inbox of `consumer` (e.g. `invoice-service`) in the seed's `consumed_event`.
     pub fn new(pool: Pool<DB>, consumer: impl Into<String>) -> Inbox<DB> {
@@ -190,17 +223,18 @@ impl<DB: Backend> Inbox<DB> {
     }
 
     /// A connection for a transaction: the one kept from the last, or one from the pool.
-    pub(crate) async fn connection(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
+    pub(crate) async fn connection(&self) -> Result<InUse<DB>, sqlx::Error> {
         let kept = self.kept.lock().1.take();
         match kept {
-            Some(conn) => Ok(conn),
-            None => self.pool.acquire().await,
+            Some(conn) => Ok(InUse(Some(conn))),
+            None => Ok(InUse(Some(self.pool.acquire().await?))),
         }
     }
 
     /// Gives back the connection of a transaction that ended cleanly (committed or rolled
     /// back): kept for the next one while held and the pool can spare it, else to the pool.
-    pub(crate) fn give_back(&self, conn: PoolConnection<DB>) {
+    pub(crate) fn give_back(&self, mut conn: InUse<DB>) {
+        let Some(conn) = conn.0.take() else { return };
         let spare = crate::sql::spares_a_connection(&self.pool);
         let released = {
             let mut slot = self.kept.lock();
@@ -317,9 +351,11 @@ impl<DB: Backend> Inbox<DB> {
             .connection()
             .await
             .map_err(|source| self.database(source))?;
-        let guarded = self.guarded_on(&mut conn, envelope, order, handler).await;
+        let guarded = self.guarded_on(conn.get(), envelope, order, handler).await;
         if guarded.is_ok() {
             self.give_back(conn);
+        } else {
+            conn.release();
         }
         guarded
     }
@@ -342,6 +378,24 @@ impl<DB: Backend> Inbox<DB> {
     ) -> Result<Guarded<T>, InboxError<E>> {
         let db = |source| self.database(source);
         let done = |handled| Guarded { handled, gap: None };
+        let failed = match sql::begin_recording::<DB>(
+            conn,
+            &self.table,
+            &self.consumer,
+            &[envelope],
+            self.now(),
+        )
+        .await
+        {
+            Ok(Some(tx)) => return self.guarded_in(tx, envelope, order, handler).await,
+            Ok(None) => None,
+            Err(failed) => Some(failed),
+        };
+        if let Some(failed) = failed {
+            sql::recording_failed::<DB>(conn, failed)
+                .await
+                .map_err(db)?;
+        }
         let mut tx = sqlx::Connection::begin(&mut **conn).await.map_err(db)?;
         let first =
             sql::insert_consumed::<DB>(&mut tx, &self.table, &self.consumer, envelope, self.now())
@@ -351,6 +405,20 @@ impl<DB: Backend> Inbox<DB> {
             tx.rollback().await.map_err(db)?;
             return Ok(done(Handled::Duplicate));
         }
+        self.guarded_in(tx, envelope, order, handler).await
+    }
+
+    /// The rest of [`Inbox::guarded_on`], once the event is recorded in `tx` as consumed: the
+    /// guards, the handler, the commit.
+    async fn guarded_in<T, E>(
+        &self,
+        mut tx: sqlx::Transaction<'_, DB>,
+        envelope: &EventEnvelope,
+        order: Option<OrderCheck>,
+        handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
+    ) -> Result<Guarded<T>, InboxError<E>> {
+        let db = |source| self.database(source);
+        let done = |handled| Guarded { handled, gap: None };
         let ordered = order.filter(|_| envelope.aggregate_sequence > 1);
         let mut gap = None;
         if self.reject_stale || ordered.is_some() {

@@ -278,10 +278,12 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         batch: &[(usize, EventEnvelope)],
     ) -> Result<BatchRun, sqlx::Error> {
         let mut conn = self.inbox.connection().await?;
-        let run = self.try_batch_on(&mut conn, batch).await;
+        let run = self.try_batch_on(conn.get(), batch).await;
         if run.is_ok() {
             // Committed, or rolled back after a handler failed: the connection is clean.
             self.inbox.give_back(conn);
+        } else {
+            conn.release();
         }
         run
     }
@@ -292,10 +294,35 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         conn: &mut sqlx::pool::PoolConnection<DB>,
         batch: &[(usize, EventEnvelope)],
     ) -> Result<BatchRun, sqlx::Error> {
-        let mut tx = sqlx::Connection::begin(&mut **conn).await?;
         let envelopes: Vec<&EventEnvelope> = batch.iter().map(|(_, e)| e).collect();
         let mut processed = vec![Processed::Duplicate; batch.len()];
         let mut gaps = Vec::new();
+        // Without the order guard, which reads before it records, the transaction opens with
+        // the inbox insert in one message where it can (every event new, on PostgreSQL).
+        if self.order.is_none() {
+            let failed = match sql::begin_recording::<DB>(
+                conn,
+                self.inbox.table_name(),
+                self.name(),
+                &envelopes,
+                self.inbox.now(),
+            )
+            .await
+            {
+                Ok(Some(tx)) => {
+                    let fresh = (0..envelopes.len()).collect();
+                    return self
+                        .handle_batch(tx, &envelopes, processed, fresh, gaps)
+                        .await;
+                }
+                Ok(None) => None,
+                Err(failed) => Some(failed),
+            };
+            if let Some(failed) = failed {
+                sql::recording_failed::<DB>(conn, failed).await?;
+            }
+        }
+        let mut tx = sqlx::Connection::begin(&mut **conn).await?;
         let ready: Vec<usize> = if self.order.is_some() {
             self.order_batch(&mut tx, &envelopes, &mut processed, &mut gaps)
                 .await?
@@ -315,10 +342,24 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
             )
             .await?
         };
-        let fresh: Vec<usize> = ready
+        let fresh = ready
             .into_iter()
             .filter(|k| new.contains(envelopes[*k].event_id.as_str()))
             .collect();
+        self.handle_batch(tx, &envelopes, processed, fresh, gaps)
+            .await
+    }
+
+    /// The rest of [`Self::try_batch_on`], once the new events are recorded in `tx`: each
+    /// handler of the `fresh` events (indices into `envelopes`), then the commit.
+    async fn handle_batch(
+        &self,
+        mut tx: sqlx::Transaction<'_, DB>,
+        envelopes: &[&EventEnvelope],
+        mut processed: Vec<Processed>,
+        fresh: Vec<usize>,
+        gaps: Vec<(usize, Option<u64>)>,
+    ) -> Result<BatchRun, sqlx::Error> {
         let mut at = 0;
         while at < fresh.len() {
             let k = fresh[at];

@@ -108,6 +108,78 @@ pub(crate) async fn insert_consumed_batch<DB: Backend>(
         .collect()
 }
 
+/// PostgreSQL: opens a transaction on `conn` and records every envelope as consumed by
+/// `consumer` in the same message (`BEGIN; INSERT ...`, the values as literals in the simple
+/// query protocol): one round trip where `BEGIN` and [`insert_consumed_batch`] take two.
+///
+/// Returns the open transaction when every event was new, and `None`, sending nothing, when
+/// the statement does not apply (another database, more events than one statement takes, text
+/// holding a NUL, which has no literal). On `Err` the connection may be in an aborted
+/// transaction that sqlx does not count: pass the error to [`recording_failed`] before anything
+/// else uses the connection. The ids must be distinct.
+pub(crate) async fn begin_recording<'c, DB: Backend>(
+    conn: &'c mut sqlx::pool::PoolConnection<DB>,
+    table: &TableName,
+    consumer: &str,
+    envelopes: &[&EventEnvelope],
+    now: DateTime<Utc>,
+) -> Result<Option<sqlx::Transaction<'c, DB>>, sqlx::Error> {
+    use super::dialect::Value;
+    /// The largest batch a subscription takes.
+    const MAX_ROWS: usize = 1000;
+    if DB::DIALECT != Dialect::Postgres || envelopes.is_empty() || envelopes.len() > MAX_ROWS {
+        return Ok(None);
+    }
+    let mut script = String::with_capacity(160 + envelopes.len() * 120);
+    script.push_str("BEGIN; ");
+    script.push_str(&insert_consumed_head(table));
+    for (i, envelope) in envelopes.iter().enumerate() {
+        script.push_str(if i == 0 { "(" } else { ", (" });
+        let values = [
+            Value::Str(consumer),
+            Value::Str(envelope.event_id.as_str()),
+            Value::Time(now),
+            Value::Str(&envelope.aggregate_type),
+            Value::Str(&envelope.aggregate_id),
+            Value::I64(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX)),
+        ];
+        for (k, value) in values.iter().enumerate() {
+            if k > 0 {
+                script.push_str(", ");
+            }
+            if !value.push_pg_literal(&mut script) {
+                return Ok(None);
+            }
+        }
+        script.push(')');
+    }
+    sqlx::Connection::begin_with(&mut **conn, sqlx::AssertSqlSafe(script))
+        .await
+        .map(Some)
+}
+
+/// After [`begin_recording`] failed with `failed`: ends the transaction its message opened
+/// (which sqlx does not count), and returns `Ok` when an event had been consumed before (the
+/// INSERT hit the inbox's key), so that the caller records the events its usual way, which
+/// tells which were new. Any other error is returned; a connection that could not end the
+/// transaction is closed instead of going back to the pool.
+pub(crate) async fn recording_failed<DB: Backend>(
+    conn: &mut sqlx::pool::PoolConnection<DB>,
+    failed: sqlx::Error,
+) -> Result<(), sqlx::Error> {
+    if let Err(e) = DB::execute_script(&mut **conn, "ROLLBACK".to_owned()).await {
+        conn.close_on_drop();
+        return Err(e);
+    }
+    if failed
+        .as_database_error()
+        .is_some_and(|db| db.is_unique_violation())
+    {
+        return Ok(());
+    }
+    Err(failed)
+}
+
 /// The highest aggregate sequence `consumer` applied for the envelope's aggregate, other than
 /// the envelope itself.
 pub(crate) async fn last_applied_sequence<DB: Backend>(
