@@ -620,15 +620,18 @@ mod one_message {
         );
         // The cancelled consume's session ends without committing anything.
         wait::until(Duration::from_secs(30), async || {
-            let alive: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1")
-                .bind(pid)
-                .fetch_one(db.pool())
-                .await
-                .map_err(|e| e.to_string())?;
+            let alive: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(pid)
+                    .fetch_one(db.pool())
+                    .await
+                    .map_err(|e| e.to_string())?;
             if alive == 0 {
                 Ok(())
             } else {
-                Err(format!("session {pid} still open: the cancelled consume's connection was reused"))
+                Err(format!(
+                    "session {pid} still open: the cancelled consume's connection was reused"
+                ))
             }
         })
         .await;
@@ -642,6 +645,9 @@ mod one_message {
             .await
             .unwrap();
         assert_eq!(outcome, Handled::Applied(()));
-        assert_eq!(<Postgres as Orders>::count_orders(db.pool()).await.unwrap(), 1);
+        assert_eq!(
+            <Postgres as Orders>::count_orders(db.pool()).await.unwrap(),
+            1
+        );
     }
 }
