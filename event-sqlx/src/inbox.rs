@@ -377,7 +377,6 @@ impl<DB: Backend> Inbox<DB> {
         handler: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, E>,
     ) -> Result<Guarded<T>, InboxError<E>> {
         let db = |source| self.database(source);
-        let done = |handled| Guarded { handled, gap: None };
         let failed = match sql::begin_recording::<DB>(
             conn,
             &self.table,
@@ -403,7 +402,10 @@ impl<DB: Backend> Inbox<DB> {
                 .map_err(db)?;
         if !first {
             tx.rollback().await.map_err(db)?;
-            return Ok(done(Handled::Duplicate));
+            return Ok(Guarded {
+                handled: Handled::Duplicate,
+                gap: None,
+            });
         }
         self.guarded_in(tx, envelope, order, handler).await
     }
