@@ -149,6 +149,10 @@ impl<DB: sqlx::Database> Kept<DB> {
 
 /// While alive, the inbox keeps its connection between transactions (see [`Inbox::hold`]);
 /// dropping the last one gives the kept connection back to the pool.
+#[cfg_attr(
+    not(any(feature = "nats", feature = "rabbitmq", feature = "kafka")),
+    allow(dead_code) // the subscriptions hold it
+)]
 #[derive(Debug)]
 pub(crate) struct Holding<DB: sqlx::Database>(Arc<Kept<DB>>);
 
@@ -217,6 +221,10 @@ impl<DB: Backend> Inbox<DB> {
     /// A connection is kept only while the pool has another to spare (an idle one, or room to
     /// open one), so other users of a small pool are not kept waiting; a transaction that
     /// failed on the database gives its connection back to the pool, which checks it.
+    #[cfg_attr(
+        not(any(feature = "nats", feature = "rabbitmq", feature = "kafka")),
+        allow(dead_code) // the subscriptions hold it
+    )]
     pub(crate) fn hold(&self) -> Holding<DB> {
         self.kept.lock().0 += 1;
         Holding(Arc::clone(&self.kept))

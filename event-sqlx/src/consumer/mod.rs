@@ -351,6 +351,10 @@ impl<DB: Backend, R> Consumer<DB, R> {
     /// Keeps the consumer's connection from one transaction to the next while the returned
     /// guard lives: a subscription holds it while messages keep coming and drops it before it
     /// waits for more (see `Inbox::hold`).
+    #[cfg_attr(
+        not(any(feature = "nats", feature = "rabbitmq", feature = "kafka")),
+        allow(dead_code) // the subscriptions hold it
+    )]
     pub(crate) fn hold_connection(&self) -> crate::inbox::Holding<DB> {
         self.inbox.hold()
     }
