@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use event_core::EventEnvelope;
 
-use super::dialect::{Backend, Columns, Dialect, Merge, Sql};
+use super::dialect::{Backend, Columns, Dialect, Merge, Sql, Value};
 use crate::row::quarantine::{NewQuarantine, QuarantineFilter, QuarantineRecord};
 use crate::status::{FailureClass, QuarantineStatus};
 use crate::table::TableName;
@@ -22,26 +22,41 @@ fn insert_consumed_head(table: &TableName) -> String {
     )
 }
 
-/// `(consumer, event id, now, aggregate type, id, sequence)`: one inbox row.
+/// One inbox row's values, in [`insert_consumed_head`]'s column order: consumer, event id, now,
+/// aggregate type, id, sequence.
+fn consumed_values<'a>(
+    consumer: &'a str,
+    envelope: &'a EventEnvelope,
+    now: DateTime<Utc>,
+) -> [Value<'a>; 6] {
+    [
+        Value::Str(consumer),
+        Value::Str(envelope.event_id.as_str()),
+        Value::Time(now),
+        Value::Str(&envelope.aggregate_type),
+        Value::Str(&envelope.aggregate_id),
+        Value::I64(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX)),
+    ]
+}
+
+/// `(consumer, event id, now, aggregate type, id, sequence)`: one inbox row, its values bound.
 fn push_consumed_row<DB: Backend>(
     q: &mut Sql<DB>,
     consumer: &str,
     envelope: &EventEnvelope,
     now: DateTime<Utc>,
 ) {
-    q.push("(")
-        .bind(consumer)
-        .push(", ")
-        .bind(envelope.event_id.as_str())
-        .push(", ")
-        .bind(now)
-        .push(", ")
-        .bind(envelope.aggregate_type.as_str())
-        .push(", ")
-        .bind(envelope.aggregate_id.as_str())
-        .push(", ")
-        .bind(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX))
-        .push(")");
+    q.push("(");
+    for (k, value) in consumed_values(consumer, envelope, now)
+        .into_iter()
+        .enumerate()
+    {
+        if k > 0 {
+            q.push(", ");
+        }
+        q.bind(value);
+    }
+    q.push(")");
 }
 
 /// Records `(consumer, event_id)` on `conn`; false when it was there (seed 003's inbox write;
@@ -124,7 +139,6 @@ pub(crate) async fn begin_recording<'c, DB: Backend>(
     envelopes: &[&EventEnvelope],
     now: DateTime<Utc>,
 ) -> Result<Option<sqlx::Transaction<'c, DB>>, sqlx::Error> {
-    use super::dialect::Value;
     /// The largest batch a subscription takes.
     const MAX_ROWS: usize = 1000;
     if DB::DIALECT != Dialect::Postgres || envelopes.is_empty() || envelopes.len() > MAX_ROWS {
@@ -135,15 +149,7 @@ pub(crate) async fn begin_recording<'c, DB: Backend>(
     script.push_str(&insert_consumed_head(table));
     for (i, envelope) in envelopes.iter().enumerate() {
         script.push_str(if i == 0 { "(" } else { ", (" });
-        let values = [
-            Value::Str(consumer),
-            Value::Str(envelope.event_id.as_str()),
-            Value::Time(now),
-            Value::Str(&envelope.aggregate_type),
-            Value::Str(&envelope.aggregate_id),
-            Value::I64(i64::try_from(envelope.aggregate_sequence).unwrap_or(i64::MAX)),
-        ];
-        for (k, value) in values.iter().enumerate() {
+        for (k, value) in consumed_values(consumer, envelope, now).iter().enumerate() {
             if k > 0 {
                 script.push_str(", ");
             }
