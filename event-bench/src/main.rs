@@ -119,13 +119,24 @@ struct Args {
     /// Draws the performance chapter's charts from `benches/results` into this directory.
     #[arg(long)]
     charts: Option<PathBuf>,
+    /// Runs the harness (producers, relays, consumers, baselines) on Tokio's current-thread
+    /// runtime instead of one worker thread per core; with --throughput the results are written
+    /// beside the default run's, with `-current-thread` in the file name.
+    #[arg(long)]
+    current_thread: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
     runtime.block_on(run(args))
 }
 

@@ -224,6 +224,8 @@ pub(crate) async fn run(
             }
         }
     }
+    let current_thread = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread;
     let report = serde_json::json!({
         "machine": crate::machine(),
         "measuredAt": Utc::now(),
@@ -232,6 +234,7 @@ pub(crate) async fn run(
         "relaySynchronousCommit": RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed),
         "relayLingerMs": RELAY_LINGER_MS.load(Ordering::Relaxed),
         "commitPath": format!("{:?}", COMMIT_PATH.get().copied().unwrap_or_default()),
+        "runtime": if current_thread { "current thread" } else { "multi-thread" },
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
         "backlog": backlog,
         "latency": latency,
@@ -245,7 +248,12 @@ pub(crate) async fn run(
     } else {
         ""
     };
-    crate::write_result(format!("{file}{sync}.json"), &report)?;
+    let runtime = if current_thread {
+        "-current-thread"
+    } else {
+        ""
+    };
+    crate::write_result(format!("{file}{sync}{runtime}.json"), &report)?;
     Ok(())
 }
 
