@@ -93,10 +93,17 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The relay runs on one thread: its tasks and the broker client's hand each other every
+    // message, and on a multi-thread runtime each hand-over can wake another worker (see the
+    // performance chapter, "One thread for the event path"). The console serves requests on
+    // every core.
+    let runtime = match &cli.command {
+        Command::Relay(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("eventctl: cannot start the async runtime: {e}");

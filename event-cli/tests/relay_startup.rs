@@ -133,6 +133,13 @@ async fn a_relay_started_before_its_database_and_broker_waits_for_them_then_publ
 
     // It says what it waits for, and goes on waiting.
     relay.said("trying again in").await;
+    // On one thread (a current-thread runtime; see the performance chapter): no worker threads
+    // beside the main one, and nothing has needed the blocking pool yet.
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", relay.child.id()))
+        .unwrap()
+        .map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).unwrap())
+        .collect();
+    assert_eq!(threads.len(), 1, "the relay's threads: {threads:?}");
     let stderr = relay.stderr();
     assert!(
         stderr.contains("cannot connect to") && stderr.contains("--max-wait 2m"),
