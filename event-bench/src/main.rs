@@ -130,13 +130,11 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let runtime = if args.current_thread {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-    };
+    }
+    .enable_all()
+    .build()?;
     runtime.block_on(run(args))
 }
 
