@@ -357,6 +357,46 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
     );
 }
 
+/// Aggregate ids, and so event numbers, that differ only in letter case, an accent or a trailing
+/// space name different orders: each commit records its own event, none is taken for a repeat of
+/// another (MySQL and MariaDB compare text case- and accent-insensitively, and ignore trailing
+/// spaces, unless the column says otherwise).
+async fn event_numbers_that_differ_only_in_case_accent_or_trailing_space_are_different_events<
+    DB: Orders,
+>(
+    db: &TestDb<DB>,
+) {
+    let ids = ["o-abc", "o-ABC", "o-e", "o-\u{e9}", "o-x", "o-x "];
+    for id in ids {
+        let mut order = Order::place(id, 10).unwrap();
+        let mut uow = UnitOfWork::new(context());
+        uow.collect(&mut order).unwrap();
+        let commit = db
+            .outbox
+            .commit(db.pool().begin().await.unwrap(), uow)
+            .await
+            .unwrap();
+        assert!(!commit.already_applied(), "{id:?} taken for a repeat");
+        assert_eq!(commit.report().recorded.len(), 1, "{id:?}");
+    }
+    for id in ids {
+        let stored = db.outbox.by_aggregate("ORDER", id).await.unwrap();
+        let numbers: Vec<&str> = stored.iter().map(|e| e.event_no.as_str()).collect();
+        assert_eq!(
+            numbers,
+            vec![format!("ORDER_PLACED:ORDER:{id}:1")],
+            "{id:?}"
+        );
+        let by_no = db
+            .outbox
+            .by_event_no(&format!("ORDER_PLACED:ORDER:{id}:1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_no.aggregate_id, id);
+    }
+}
+
 // The commit rules on every backend, and on PostgreSQL twice: with the events bound as
 // parameters, and with them sent in the COMMIT's message (one trip).
 event_tests::on_every_backend!(
@@ -371,6 +411,7 @@ event_tests::on_every_backend!(
     a_sequence_conflict_names_the_row_that_conflicted,
     a_command_applied_before_commits_nothing,
     an_oversized_payload_is_rejected_and_nothing_is_written,
+    event_numbers_that_differ_only_in_case_accent_or_trailing_space_are_different_events,
 );
 
 /// The unit of work of placing order `id` with a note of `text`: two events.

@@ -56,7 +56,30 @@ async fn effects_happen_once<DB: Orders>(db: &TestDb<DB>) {
     assert_eq!(outcome, Handled::Applied(7));
 }
 
-event_tests::on_every_backend!(effects_happen_once);
+/// Event ids that differ only in letter case, an accent or a trailing space are different events
+/// to the inbox: each has its effect.
+async fn event_ids_that_differ_only_in_case_accent_or_trailing_space_each_apply<DB: Orders>(
+    db: &TestDb<DB>,
+) {
+    let inbox = Inbox::new(db.pool().clone(), "invoice-service");
+    for id in ["o-abc", "o-ABC", "o-e", "o-\u{e9}", "o-x", "o-x "] {
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        uow.collect(&mut Order::place(id, 10).unwrap()).unwrap();
+        let envelope = uow.commit().remove(0);
+        let outcome = inbox
+            .handle(&envelope, async |_tx: &mut DB::Connection| {
+                Ok::<_, sqlx::Error>(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, Handled::Applied(()), "{id:?}");
+    }
+}
+
+event_tests::on_every_backend!(
+    effects_happen_once,
+    event_ids_that_differ_only_in_case_accent_or_trailing_space_each_apply
+);
 
 mod stale {
     use event_core::{EventContext, UnitOfWork};

@@ -156,7 +156,7 @@ impl OutboxConfig {
         OutboxConfig::default()
     }
 
-    /// Uses another table, with the same columns as the migrations create.
+    /// Uses another table, with the same columns (and collations) as the migrations create.
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;
         self
@@ -170,7 +170,7 @@ impl OutboxConfig {
         self
     }
 
-    /// Archives to another table, with the same columns as the migrations create.
+    /// Archives to another table, with the same columns (and collations) as the migrations create.
     pub fn archive_table(mut self, table: TableName) -> Self {
         self.archive_table = table;
         self
