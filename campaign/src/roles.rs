@@ -42,10 +42,10 @@ pub(crate) struct ProducerArgs {
     /// The database.
     #[arg(long)]
     db: String,
-    /// This producer's name: its aggregates are `<id>-o-<n>`.
+    /// This producer's name: its aggregates are `<id>-o-<n>` and `<id>-O-<n>`.
     #[arg(long)]
     id: String,
-    /// How many aggregates it writes to.
+    /// How many aggregates of each spelling it writes to.
     #[arg(long, default_value_t = 100)]
     aggregates: u64,
     /// Events a second.
@@ -100,7 +100,13 @@ where
             _ = ticks.tick() => {}
         }
         let mut ids: Vec<String> = (0..per_commit)
-            .map(|_| format!("{}-o-{}", args.id, rng.next_u64() % args.aggregates.max(1)))
+            .map(|_| {
+                let n = rng.next_u64();
+                // Pairs of aggregates whose ids differ only in letter case: different orders on
+                // every backend, each with its own events and effects.
+                let o = if n & 1 == 0 { "o" } else { "O" };
+                format!("{}-{o}-{}", args.id, (n >> 1) % args.aggregates.max(1))
+            })
             .collect();
         ids.sort();
         ids.dedup();
@@ -219,7 +225,7 @@ pub(crate) fn effects_ddl(mysql: bool) -> &'static str {
     if mysql {
         "CREATE TABLE campaign_effect (pos BIGINT AUTO_INCREMENT PRIMARY KEY, consumer VARCHAR(64) NOT NULL, \
          event_id VARCHAR(128) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, sequence BIGINT NOT NULL, \
-         process VARCHAR(32) NOT NULL)"
+         process VARCHAR(32) NOT NULL) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
     } else {
         "CREATE TABLE campaign_effect (pos BIGSERIAL PRIMARY KEY, consumer TEXT NOT NULL, \
          event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, sequence BIGINT NOT NULL, process TEXT NOT NULL)"
