@@ -357,6 +357,39 @@ async fn an_oversized_payload_is_rejected_and_nothing_is_written<DB: Orders>(db:
     );
 }
 
+/// Sequences start at 1: an envelope built by hand at sequence 0 is refused with its aggregate
+/// and event named, and nothing of the transaction is written.
+async fn an_event_at_sequence_zero_is_refused_and_nothing_is_written<DB: Orders>(db: &TestDb<DB>) {
+    let mut order = Order::place("o-zero", 1).unwrap();
+    let mut uow = UnitOfWork::new(context());
+    uow.collect(&mut order).unwrap();
+    let mut envelopes = uow.commit();
+    envelopes[0].aggregate_sequence = 0;
+    let mut tx = db.pool().begin().await.unwrap();
+    DB::save_order(&mut tx, "o-zero", "PLACED", 1)
+        .await
+        .unwrap();
+    let err = db.outbox.flush(&mut tx, &envelopes).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::SequenceZero { aggregate_id, .. } if aggregate_id == "o-zero"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("sequences start at 1")
+            && err.to_string().contains("UnitOfWork::collect"),
+        "{err}"
+    );
+    drop(tx);
+    assert_eq!(DB::count_orders(db.pool()).await.unwrap(), 0);
+    assert!(
+        db.outbox
+            .by_aggregate("ORDER", "o-zero")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Aggregate ids, and so event numbers, that differ only in letter case, an accent or a trailing
 /// space name different orders: each commit records its own event, none is taken for a repeat of
 /// another (MySQL and MariaDB compare text case- and accent-insensitively, and ignore trailing
@@ -412,6 +445,7 @@ event_tests::on_every_backend!(
     a_command_applied_before_commits_nothing,
     an_oversized_payload_is_rejected_and_nothing_is_written,
     event_numbers_that_differ_only_in_case_accent_or_trailing_space_are_different_events,
+    an_event_at_sequence_zero_is_refused_and_nothing_is_written,
 );
 
 /// The unit of work of placing order `id` with a note of `text`: two events.

@@ -59,6 +59,19 @@ pub enum Error {
         /// How to fix it.
         hint: &'static str,
     },
+    /// An event at aggregate sequence 0: sequences start at 1 (the unit of work numbers them
+    /// from the aggregate's version plus one). Nothing was written.
+    #[error(
+        "event {event_no} of aggregate {aggregate_type} {aggregate_id} is at sequence 0, and sequences start at 1; nothing was written. Record events through UnitOfWork::collect, which numbers them from the aggregate's version plus one"
+    )]
+    SequenceZero {
+        /// Aggregate type.
+        aggregate_type: String,
+        /// Aggregate id.
+        aggregate_id: String,
+        /// The event number.
+        event_no: String,
+    },
     /// Another event already holds this aggregate sequence: the unique key on
     /// `(aggregate_type, aggregate_id, aggregate_sequence)` refused the row named here.
     #[error(

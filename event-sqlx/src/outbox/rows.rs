@@ -153,6 +153,15 @@ impl<DB: Backend> Outbox<DB> {
                 "it is empty: create the unit of work with EventContext::new(\"your-service\")",
             ));
         }
+        if envelope.aggregate_sequence == 0 {
+            // A relay takes sequence 1 for its aggregate's first event, with nothing before it
+            // to wait for.
+            return Err(Error::SequenceZero {
+                aggregate_type: envelope.aggregate_type.chars().take(80).collect(),
+                aggregate_id: envelope.aggregate_id.chars().take(80).collect(),
+                event_no: event_no.chars().take(80).collect(),
+            });
+        }
         let size = json_len(&envelope.payload);
         if size > self.config.max_payload_bytes {
             return Err(Error::PayloadTooLarge {

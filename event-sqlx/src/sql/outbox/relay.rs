@@ -102,16 +102,16 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
     };
     let unpublished = [Pending, InProgress, Failed];
     let any_unpublished = || format!("IN {}", codes(&unpublished));
-    match order {
-        AggregateOrder::Unordered => String::new(),
-        AggregateOrder::OneProbe => format!(" AND {}", none_earlier("", any_unpublished())),
+    let check = match order {
+        AggregateOrder::Unordered => return String::new(),
+        AggregateOrder::OneProbe => none_earlier("", any_unpublished()),
         AggregateOrder::PreviousEvent => {
             let walk = none_earlier(
                 &format!(" FORCE INDEX ({})", super::SEQUENCE_KEY),
                 any_unpublished(),
             );
             format!(
-                " AND CASE COALESCE((SELECT CASE WHEN p.deleted = 0 THEN p.publish_status \
+                "CASE COALESCE((SELECT CASE WHEN p.deleted = 0 THEN p.publish_status \
                  ELSE {CANCELLED} END FROM {table} p \
                  WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
                  AND p.aggregate_sequence = o.aggregate_sequence - 1), {CANCELLED}) \
@@ -120,20 +120,25 @@ pub(super) fn no_earlier_unpublished<DB: Backend>(
         }
         AggregateOrder::ProbePerStatus => unpublished
             .iter()
-            .map(|status| format!(" AND {}", none_earlier("", format!("= {}", status.code()))))
-            .collect(),
+            .map(|status| none_earlier("", format!("= {}", status.code())))
+            .collect::<Vec<_>>()
+            .join(" AND "),
         // `IS NOT FALSE`, not `COALESCE(..) = ..`: PostgreSQL takes a comparison it has no
         // statistics for to hold for one row in 200, so a claim's LIMIT looks like a read of
         // the whole table, and a cost that high has each claim compiled by the JIT first (365
         // ms for a claim that ran in 4 ms); a condition of its own it takes to hold for half.
         AggregateOrder::NearestEarlier => format!(
-            " AND (SELECT p.publish_status = {SUCCEEDED} FROM {table} p \
+            "(SELECT p.publish_status = {SUCCEEDED} FROM {table} p \
              WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
              AND p.aggregate_sequence < o.aggregate_sequence AND p.deleted = 0 \
              AND p.publish_status <> {CANCELLED} \
              ORDER BY p.aggregate_sequence DESC LIMIT 1) IS NOT FALSE"
         ),
-    }
+    };
+    // An aggregate's first event has nothing before it (sequences start at 1; the flush refuses
+    // 0): it goes without the subqueries, which a claim of new aggregates' events would
+    // otherwise run once per candidate to find nothing.
+    format!(" AND (o.aggregate_sequence = 1 OR ({check}))")
 }
 
 /// A claim of a batch under a lease.
@@ -753,13 +758,16 @@ mod tests {
         let table = crate::table::TableName::new("biz_outbox_event").unwrap();
         let nearest = super::no_earlier_unpublished::<sqlx::Postgres>(&table, NearestEarlier);
         assert!(
-            nearest.starts_with(" AND (SELECT p.publish_status = 2 FROM biz_outbox_event p"),
+            nearest.starts_with(
+                " AND (o.aggregate_sequence = 1 OR ((SELECT p.publish_status = 2 \
+                 FROM biz_outbox_event p"
+            ),
             "{nearest}"
         );
         assert!(
             nearest.ends_with(
                 "AND p.deleted = 0 AND p.publish_status <> 4 \
-                 ORDER BY p.aggregate_sequence DESC LIMIT 1) IS NOT FALSE"
+                 ORDER BY p.aggregate_sequence DESC LIMIT 1) IS NOT FALSE))"
             ),
             "{nearest}"
         );
