@@ -82,7 +82,8 @@ impl AggregateOrder {
 }
 
 /// Per-aggregate order as `order` keeps it: nothing when unordered, otherwise that no earlier
-/// event of the same aggregate is still unpublished. The subqueries run per candidate row (see
+/// event of the same aggregate is still unpublished. The subqueries run per candidate row past
+/// its aggregate's sequence 1 (see
 /// [`Dialect::per_row_subquery`]): once for the three unpublished statuses, once for each, or a
 /// lookup of the previous event and, only after a cancelled, deleted or absent one, the walk.
 ///
