@@ -1,6 +1,7 @@
 //! Batched consumers on real brokers (NATS JetStream, RabbitMQ, Kafka) and PostgreSQL: a batch
 //! with a permanently failing event commits the others and quarantines that one, and the order
-//! of each aggregate's events holds through batches when 4 relays publish.
+//! of each aggregate's events holds through batches when 4 relays publish, in one transaction
+//! per batch or in lanes.
 
 use std::time::Duration;
 
@@ -194,7 +195,9 @@ async fn a_failing_event_is_quarantined_and_its_batch_commits(broker: &str) {
     db.cleanup().await;
 }
 
-async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
+/// 20 orders of 6 events each, published by 4 relays and applied by a consumer in batches of
+/// 50, each batch in `lanes` transactions at once: every aggregate's events in sequence.
+async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str, lanes: usize) {
     const ORDERS: usize = 20;
     const PER_ORDER: usize = 6;
     let topic = unique("order").replace('_', "-");
@@ -226,6 +229,7 @@ async fn order_per_aggregate_holds_through_batches_with_4_relays(broker: &str) {
     }
 
     let consumer = Consumer::new(db.pool().clone(), "view", "1.0.0")
+        .concurrency(lanes)
         .on(async |tx: &mut PgConnection, e: Delivered<OrderPlaced>| record(tx, &e.envelope).await)
         .on(async |tx: &mut PgConnection, e: Delivered<OrderPaid>| record(tx, &e.envelope).await)
         .on(async |tx: &mut PgConnection, e: Delivered<NoteAdded>| record(tx, &e.envelope).await);
@@ -490,7 +494,12 @@ macro_rules! on_every_broker {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn order_per_aggregate_holds_through_batches_with_4_relays() {
-                super::order_per_aggregate_holds_through_batches_with_4_relays(stringify!($broker)).await;
+                super::order_per_aggregate_holds_through_batches_with_4_relays(stringify!($broker), 1).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn order_per_aggregate_holds_through_batches_in_3_lanes() {
+                super::order_per_aggregate_holds_through_batches_with_4_relays(stringify!($broker), 3).await;
             }
         }
     )*};

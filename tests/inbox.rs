@@ -496,10 +496,103 @@ mod batch {
         assert!(calls.len() <= 16, "halving, not one by one: {calls:?}");
     }
 
-    /// The two batch scenarios on one database: the second counts the orders of the first.
+    /// A consumer with `concurrency(4)` applies a batch in lanes at once on PostgreSQL (in one
+    /// transaction on MySQL and SQLite): each aggregate's events in order, every event once,
+    /// and a failing event's lane split around it while the other lanes commit.
+    async fn lanes_apply_each_aggregate_in_order<DB: Orders>(db: &TestDb<DB>) {
+        let lanes = <DB as sqlx::Database>::NAME == "PostgreSQL";
+        let mut uow = UnitOfWork::new(EventContext::new("order-service"));
+        for i in 0..8 {
+            let mut order = Order::place(&format!("lane-{i}"), 100 + i).unwrap();
+            order.pay(100 + i).unwrap();
+            uow.collect(&mut order).unwrap();
+        }
+        let bodies = event_tests::fixtures::bodies(uow);
+        let before = DB::count_orders(db.pool()).await.unwrap();
+
+        let seen = Mutex::new(Vec::new());
+        let note = |what: String| seen.lock().unwrap().push(what);
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        // The first handler waits, inside its lane's transaction, until another handler has
+        // started: only a lane running beside it can start one.
+        let consumer = Consumer::new(db.pool().clone(), "lane-billing", "1.0.0")
+            .concurrency(4)
+            .on(async |tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
+                let call = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if call == 0 && lanes {
+                    event_tests::wait::until(std::time::Duration::from_secs(10), async || {
+                        if calls.load(std::sync::atomic::Ordering::SeqCst) > 1 {
+                            Ok(())
+                        } else {
+                            Err("no other lane started a handler".to_owned())
+                        }
+                    })
+                    .await;
+                }
+                if e.order_id == "lane-3" {
+                    return Err(HandlerError::Permanent("lane-3 has no customer".into()));
+                }
+                DB::save_order(tx, &e.order_id, "PLACED", 1).await?;
+                note(format!("{} placed", e.order_id));
+                Ok(())
+            })
+            .on(async |tx: &mut DB::Connection, e: Delivered<OrderPaid>| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                DB::save_order(tx, &e.order_id, "PAID", 2).await?;
+                note(format!("{} paid", e.order_id));
+                Ok(())
+            });
+        let batch: Vec<Received<'_>> = bodies
+            .iter()
+            .map(|b| Received {
+                body: b,
+                message_id: None,
+            })
+            .collect();
+        let outcomes = consumer.receive_batch(&batch).await.unwrap();
+
+        assert!(
+            matches!(&outcomes[6], Processed::Quarantined(r) if r == "lane-3 has no customer"),
+            "{outcomes:?}"
+        );
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == Processed::Applied)
+                .count(),
+            15,
+            "{outcomes:?}"
+        );
+        assert_eq!(DB::count_orders(db.pool()).await.unwrap(), before + 8);
+        assert_eq!(
+            DB::order_status(db.pool(), "lane-3")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("PAID")
+        );
+        let seen = seen.lock().unwrap().clone();
+        for i in (0..8).filter(|i| *i != 3) {
+            let placed = seen.iter().rposition(|s| *s == format!("lane-{i} placed"));
+            let paid = seen.iter().rposition(|s| *s == format!("lane-{i} paid"));
+            assert!(placed.unwrap() < paid.unwrap(), "{seen:?}");
+        }
+
+        // Delivered again: every event a duplicate but the quarantined one, which was never
+        // applied.
+        let again = consumer.receive_batch(&batch).await.unwrap();
+        assert_eq!(
+            again.iter().filter(|o| **o == Processed::Duplicate).count(),
+            15,
+            "{again:?}"
+        );
+    }
+
+    /// The batch scenarios on one database: each counts the orders of those before.
     async fn batches_on_one_database<DB: Orders>(db: &TestDb<DB>) {
         a_failing_event_does_not_poison_its_batch(db).await;
         a_batch_handler_gets_the_slice_and_a_bad_event_is_isolated(db).await;
+        lanes_apply_each_aggregate_in_order(db).await;
     }
 
     event_tests::on_every_backend!(batches_on_one_database);

@@ -124,31 +124,37 @@ pub struct Inbox<DB: Backend> {
     kept: Arc<Kept<DB>>,
 }
 
-/// The connection an inbox keeps from one transaction to the next while a subscription is
+/// The connections an inbox keeps from one transaction to the next while a subscription is
 /// busy ([`Inbox::hold`]): taking a connection from the pool and giving it back cost a round
 /// trip each (sqlx checks it both ways), as many as the transaction's own `BEGIN` and `COMMIT`.
+/// One per transaction that runs at once ([`Inbox::keep_up_to`]).
 #[derive(Debug)]
 pub(crate) struct Kept<DB: sqlx::Database> {
-    /// How many [`Holding`]s are alive, and the connection kept for the next transaction.
-    slot: std::sync::Mutex<(usize, Option<PoolConnection<DB>>)>,
+    /// How many [`Holding`]s are alive, the connections kept for the next transactions, and
+    /// how many may be kept.
+    slot: std::sync::Mutex<(usize, Vec<PoolConnection<DB>>, usize)>,
 }
 
 impl<DB: sqlx::Database> Kept<DB> {
-    fn new() -> Self {
+    fn new(capacity: usize) -> Self {
         Kept {
-            slot: std::sync::Mutex::new((0, None)),
+            slot: std::sync::Mutex::new((0, Vec::new(), capacity)),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, Option<PoolConnection<DB>>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, Vec<PoolConnection<DB>>, usize)> {
         self.slot
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn capacity(&self) -> usize {
+        self.lock().2
+    }
 }
 
 /// While alive, the inbox keeps its connection between transactions (see [`Inbox::hold`]);
-/// dropping the last one gives the kept connection back to the pool.
+/// dropping the last one gives the kept connections back to the pool.
 #[cfg_attr(
     not(any(feature = "nats", feature = "rabbitmq", feature = "kafka")),
     allow(dead_code) // the subscriptions hold it
@@ -161,7 +167,11 @@ impl<DB: sqlx::Database> Drop for Holding<DB> {
         let released = {
             let mut slot = self.0.lock();
             slot.0 = slot.0.saturating_sub(1);
-            if slot.0 == 0 { slot.1.take() } else { None }
+            if slot.0 == 0 {
+                std::mem::take(&mut slot.1)
+            } else {
+                Vec::new()
+            }
         };
         // Back to the pool outside the lock.
         drop(released);
@@ -211,7 +221,7 @@ impl<DB: Backend> Inbox<DB> {
             reject_stale: false,
             in_order: false,
             clock: clock::system(),
-            kept: Arc::new(Kept::new()),
+            kept: Arc::new(Kept::new(1)),
         }
     }
 
@@ -230,9 +240,18 @@ impl<DB: Backend> Inbox<DB> {
         Holding(Arc::clone(&self.kept))
     }
 
-    /// A connection for a transaction: the one kept from the last, or one from the pool.
+    /// Keeps up to `connections` connections while held ([`Inbox::hold`]), one per transaction
+    /// that runs at once; 1 unless set.
+    pub(crate) fn keep_up_to(self, connections: usize) -> Self {
+        Inbox {
+            kept: Arc::new(Kept::new(connections.max(1))),
+            ..self
+        }
+    }
+
+    /// A connection for a transaction: one kept from an earlier one, or one from the pool.
     pub(crate) async fn connection(&self) -> Result<InUse<DB>, sqlx::Error> {
-        let kept = self.kept.lock().1.take();
+        let kept = self.kept.lock().1.pop();
         match kept {
             Some(conn) => Ok(InUse(Some(conn))),
             None => Ok(InUse(Some(self.pool.acquire().await?))),
@@ -246,8 +265,8 @@ impl<DB: Backend> Inbox<DB> {
         let spare = crate::sql::spares_a_connection(&self.pool);
         let released = {
             let mut slot = self.kept.lock();
-            if slot.0 > 0 && spare && slot.1.is_none() {
-                slot.1 = Some(conn);
+            if slot.0 > 0 && spare && slot.1.len() < slot.2 {
+                slot.1.push(conn);
                 None
             } else {
                 Some(conn)
@@ -475,8 +494,8 @@ impl<DB: Backend> Clone for Inbox<DB> {
             reject_stale: self.reject_stale,
             in_order: self.in_order,
             clock: Arc::clone(&self.clock),
-            // Each copy keeps a connection of its own.
-            kept: Arc::new(Kept::new()),
+            // Each copy keeps connections of its own.
+            kept: Arc::new(Kept::new(self.kept.capacity())),
         }
     }
 }

@@ -43,6 +43,10 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
     /// events](Consumer::reject_stale), whose guard reads the aggregate's last applied sequence
     /// before each event.
     ///
+    /// With [`Consumer::concurrency`] above 1 (PostgreSQL), the batch is first split by
+    /// aggregate into that many lanes, each applied as above in its own transactions, all at
+    /// once; it returns when every lane has ended.
+    ///
     /// An event that comes twice in one batch is processed once: the repeat is a
     /// [`Processed::Duplicate`], or [`Processed::Early`] when its first occurrence is (give both
     /// back).
@@ -83,7 +87,7 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
             consumer = self.name(),
             size = batch.len()
         );
-        self.apply_batch(&batch, messages, &mut outcomes)
+        self.apply_lanes(batch, messages, &mut outcomes)
             .instrument(span)
             .await?;
         // The first occurrence decides: a repeat is a duplicate, unless the first came early.
@@ -102,6 +106,55 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
             .into_iter()
             .map(|outcome| outcome.unwrap_or(Processed::Ignored))
             .collect())
+    }
+
+    /// Applies `batch` in up to [`Consumer::concurrency`] lanes at once, each aggregate's events
+    /// in one lane in their order, and returns when every lane has ended. A lane's error is
+    /// returned once the others have ended too, so that nothing is left running.
+    async fn apply_lanes(
+        &self,
+        batch: Vec<(usize, EventEnvelope)>,
+        messages: &[Received<'_>],
+        outcomes: &mut [Option<Processed>],
+    ) -> Result<(), Error> {
+        // SQLite has one writer, and MySQL's batch reads its inbox rows `FOR UPDATE`, locking
+        // the gaps where the other lanes insert theirs: there a second lane would only wait
+        // for the first.
+        let lanes = match DB::DIALECT {
+            crate::sql::dialect::Dialect::Postgres => self.lanes.min(batch.len()),
+            crate::sql::dialect::Dialect::MySql | crate::sql::dialect::Dialect::Sqlite => 1,
+        };
+        if lanes <= 1 {
+            return self.apply_batch(&batch, messages, outcomes).await;
+        }
+        let mut split: Vec<Vec<(usize, EventEnvelope)>> = vec![Vec::new(); lanes];
+        for (i, envelope) in batch {
+            let lane = lane_of(&envelope, lanes);
+            split[lane].push((i, envelope));
+        }
+        let runs = split
+            .iter()
+            .filter(|lane| !lane.is_empty())
+            .map(|lane| async {
+                let mut own = vec![None; messages.len()];
+                self.apply_batch(lane, messages, &mut own)
+                    .await
+                    .map(|()| own)
+            });
+        let mut failed = None;
+        for run in futures_util::future::join_all(runs).await {
+            match run {
+                Ok(own) => {
+                    for (slot, outcome) in outcomes.iter_mut().zip(own) {
+                        if outcome.is_some() {
+                            *slot = outcome;
+                        }
+                    }
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Applies `batch` (readable envelopes this consumer handles, with their index in
@@ -465,4 +518,13 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         ::metrics::histogram!(metrics::CONSUMER_BATCH_SECONDS, "consumer" => self.name().to_owned())
             .record(started.elapsed().as_secs_f64());
     }
+}
+
+/// The lane of an event's aggregate among `lanes`: the same for every event of the aggregate.
+fn lane_of(envelope: &EventEnvelope, lanes: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    envelope.aggregate_type.hash(&mut hasher);
+    envelope.aggregate_id.hash(&mut hasher);
+    (hasher.finish() % lanes as u64) as usize
 }

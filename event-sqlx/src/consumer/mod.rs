@@ -122,7 +122,11 @@ pub struct Consumer<DB: Backend, R = NoRoutes> {
     order: Option<std::time::Duration>,
     waiting: std::sync::Arc<order::Waiting>,
     messaging_spans: bool,
+    lanes: usize,
 }
+
+/// The most transactions [`Consumer::concurrency`] runs at once.
+const MAX_LANES: usize = 64;
 
 /// How long an early event waits for its aggregate's previous sequence, by default.
 const ORDER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
@@ -153,6 +157,7 @@ impl<DB: Backend> Consumer<DB> {
             order: None,
             waiting: std::sync::Arc::default(),
             messaging_spans: false,
+            lanes: 1,
         }
     }
 }
@@ -252,6 +257,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
             order: self.order,
             waiting: self.waiting,
             messaging_spans: self.messaging_spans,
+            lanes: self.lanes,
         }
     }
 
@@ -284,6 +290,35 @@ impl<DB: Backend, R> Consumer<DB, R> {
             messaging_spans: on,
             ..self
         }
+    }
+
+    /// Applies a batch in up to `lanes` transactions at once, on as many connections, instead of
+    /// one (the default): each aggregate's events of the batch go to one lane, in their order,
+    /// and the subscription takes its next batch once every lane has committed, so the order of
+    /// each aggregate's events holds as with one transaction. Raise it when the handlers' own
+    /// round trips (one statement per event with [`Consumer::on`]) set the pace rather than the
+    /// database's cores; keep the pool at least this large, or the lanes wait for connections.
+    /// It applies to batches ([`Consumer::receive_batch`], a subscription's `.batch(n)` with
+    /// `n` > 1) on PostgreSQL; events that arrive one at a time are applied one at a time. On
+    /// MySQL and SQLite every batch is applied in one transaction: there the lanes would wait
+    /// for each other (SQLite has one writer; a MySQL batch locks the inbox's gaps where the
+    /// other lanes insert).
+    ///
+    /// A lane that fails is handled as a batch that fails (see [`Consumer::receive_batch`]);
+    /// the others commit. From 1 to 64: a value out of range is clamped, with a warning.
+    pub fn concurrency(mut self, lanes: usize) -> Self {
+        let clamped = lanes.clamp(1, MAX_LANES);
+        if clamped != lanes {
+            tracing::warn!(
+                consumer = self.name(),
+                asked = lanes,
+                used = clamped,
+                "consumer concurrency out of range (1 to {MAX_LANES}); using {clamped}"
+            );
+        }
+        self.lanes = clamped;
+        self.inbox = self.inbox.keep_up_to(clamped);
+        self
     }
 
     /// Whether [`Consumer::messaging_spans`] is on.
@@ -498,6 +533,7 @@ impl<DB: Backend, R: Clone> Clone for Consumer<DB, R> {
             order: self.order,
             waiting: std::sync::Arc::clone(&self.waiting),
             messaging_spans: self.messaging_spans,
+            lanes: self.lanes,
         }
     }
 }
