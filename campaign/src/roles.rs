@@ -173,6 +173,9 @@ pub(crate) struct ConsumerArgs {
     /// Messages per batch transaction.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// Transactions a batch is applied in at once (`Consumer::concurrency`).
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
     /// This process's name, recorded with each effect.
     #[arg(long)]
     process: String,
@@ -249,6 +252,7 @@ async fn consume<DB: Effects>(args: &ConsumerArgs) -> anyhow::Result<ExitCode> {
     let process = args.process.as_str();
     let consumer = Consumer::new(pool, CONSUMER, "1.0.0")
         .in_order()
+        .concurrency(args.concurrency)
         .on(async |tx: &mut DB::Connection, e: Delivered<OrderPlaced>| {
             DB::record(tx, &e.envelope, process)
                 .await

@@ -191,7 +191,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         replay_line(&args)
     );
     println!(
-        "  {PRODUCERS} producers at {} events/s each on {} aggregates each, {RELAYS} eventctl relays (default lease {} s), {CONSUMERS} consumers (batch 1 and 20), {} s of load, {} faults; directory {}",
+        "  {PRODUCERS} producers at {} events/s each on {} aggregates each, {RELAYS} eventctl relays (default lease {} s), {CONSUMERS} consumers (batch 1, and batch 20 in 3 lanes), {} s of load, {} faults; directory {}",
         args.rate,
         args.aggregates,
         LEASE.as_secs(),
@@ -513,6 +513,8 @@ async fn set_up(args: &RunArgs, dir: &Path, eventctl: &Path, me: &Path) -> anyho
                     format!("--broker={broker_name}"),
                     format!("--broker-url={broker_url}"),
                     format!("--batch={}", if i == 0 { 1 } else { 20 }),
+                    // The batching consumer applies each batch in three lanes at once.
+                    format!("--concurrency={}", if i == 0 { 1 } else { 3 }),
                     format!("--process=consumer-{i}"),
                 ],
                 log: dir.join(format!("consumer-{i}.log")),
