@@ -109,6 +109,10 @@ struct Args {
     /// the relay's own default).
     #[arg(long, default_value_t = 10)]
     relay_linger_ms: u64,
+    /// With --throughput: the consumers' `Consumer::concurrency`, the transactions a batch is
+    /// applied in at once (1, one at a time, by default, as the consumer's own default).
+    #[arg(long, default_value_t = 1)]
+    consumer_concurrency: u64,
     /// With --throughput: how `Outbox::commit` sends the producers' events on PostgreSQL
     /// (`auto`, `one-trip` or `bound`; see `OutboxConfig::commit_path`).
     #[arg(long, default_value = "auto", value_parser = ["auto", "one-trip", "bound"])]
@@ -167,6 +171,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         };
         throughput::RELAY_LINGER_MS
             .store(args.relay_linger_ms, std::sync::atomic::Ordering::Relaxed);
+        throughput::CONSUMER_CONCURRENCY.store(
+            args.consumer_concurrency,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let commit_path = match args.commit_path.as_str() {
             "one-trip" => event_sqlx::CommitPath::OneTrip,
             "bound" => event_sqlx::CommitPath::Bound,

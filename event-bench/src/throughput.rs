@@ -141,6 +141,9 @@ pub(crate) static RELAY_SYNCHRONOUS_COMMIT: AtomicBool = AtomicBool::new(false);
 /// The relays' linger in milliseconds (`--relay-linger-ms`).
 pub(crate) static RELAY_LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
+/// The consumers' `Consumer::concurrency` (`--consumer-concurrency`).
+pub(crate) static CONSUMER_CONCURRENCY: AtomicU64 = AtomicU64::new(1);
+
 /// How `Outbox::commit` sends the producers' events (`--commit-path`; `Auto` when unset).
 pub(crate) static COMMIT_PATH: std::sync::OnceLock<CommitPath> = std::sync::OnceLock::new();
 
@@ -233,6 +236,7 @@ pub(crate) async fn run(
         "indexProfile": format!("{profile:?}"),
         "relaySynchronousCommit": RELAY_SYNCHRONOUS_COMMIT.load(Ordering::Relaxed),
         "relayLingerMs": RELAY_LINGER_MS.load(Ordering::Relaxed),
+        "consumerConcurrency": CONSUMER_CONCURRENCY.load(Ordering::Relaxed),
         "commitPath": format!("{:?}", COMMIT_PATH.get().copied().unwrap_or_default()),
         "runtime": if current_thread { "current thread" } else { "multi-thread" },
         "note": "one run; each ratio is against a baseline measured in the same run on the same services",
@@ -351,20 +355,27 @@ fn consumer(
     applied: Arc<AtomicUsize>,
     latencies: Arc<std::sync::Mutex<Vec<f64>>>,
 ) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
-    Consumer::new(pool.clone(), "invoice-service", "bench").on(
-        async move |tx: &mut PgConnection,
-                    placed: Delivered<OrderPlaced>|
-                    -> Result<(), HandlerError> {
-            sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES ($1, $2)")
-                .bind(&placed.order_id)
-                .bind(placed.amount_minor)
-                .execute(&mut *tx)
-                .await?;
-            record_latencies(&latencies, [placed.order_id.as_str()])?;
-            applied.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        },
-    )
+    Consumer::new(pool.clone(), "invoice-service", "bench")
+        .concurrency(consumer_concurrency())
+        .on(
+            async move |tx: &mut PgConnection,
+                        placed: Delivered<OrderPlaced>|
+                        -> Result<(), HandlerError> {
+                sqlx::query("INSERT INTO invoice (order_id, amount_minor) VALUES ($1, $2)")
+                    .bind(&placed.order_id)
+                    .bind(placed.amount_minor)
+                    .execute(&mut *tx)
+                    .await?;
+                record_latencies(&latencies, [placed.order_id.as_str()])?;
+                applied.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+        )
+}
+
+/// `--consumer-concurrency`, as a lane count.
+fn consumer_concurrency() -> usize {
+    usize::try_from(CONSUMER_CONCURRENCY.load(Ordering::Relaxed)).unwrap_or(1)
 }
 
 /// Records commit-to-consume latency for each order id that carries its commit time
@@ -396,22 +407,24 @@ pub(crate) fn batch_consumer(
     applied: Arc<AtomicUsize>,
     latencies: Arc<std::sync::Mutex<Vec<f64>>>,
 ) -> Consumer<Postgres, impl Routes<Postgres> + Clone + use<>> {
-    Consumer::new(pool.clone(), "invoice-service", "bench").on_batch(
-        async move |tx: &mut PgConnection,
-                    placed: Vec<Delivered<OrderPlaced>>|
-                    -> Result<(), HandlerError> {
-            let mut q = sqlx::QueryBuilder::<Postgres>::new(
-                "INSERT INTO invoice (order_id, amount_minor) ",
-            );
-            q.push_values(&placed, |mut row, p| {
-                row.push_bind(&p.order_id).push_bind(p.amount_minor);
-            });
-            q.build().execute(&mut *tx).await?;
-            record_latencies(&latencies, placed.iter().map(|p| p.order_id.as_str()))?;
-            applied.fetch_add(placed.len(), Ordering::Relaxed);
-            Ok(())
-        },
-    )
+    Consumer::new(pool.clone(), "invoice-service", "bench")
+        .concurrency(consumer_concurrency())
+        .on_batch(
+            async move |tx: &mut PgConnection,
+                        placed: Vec<Delivered<OrderPlaced>>|
+                        -> Result<(), HandlerError> {
+                let mut q = sqlx::QueryBuilder::<Postgres>::new(
+                    "INSERT INTO invoice (order_id, amount_minor) ",
+                );
+                q.push_values(&placed, |mut row, p| {
+                    row.push_bind(&p.order_id).push_bind(p.amount_minor);
+                });
+                q.build().execute(&mut *tx).await?;
+                record_latencies(&latencies, placed.iter().map(|p| p.order_id.as_str()))?;
+                applied.fetch_add(placed.len(), Ordering::Relaxed);
+                Ok(())
+            },
+        )
 }
 
 /// Runs two relays and the subscription until the handler has applied `target` events
