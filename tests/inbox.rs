@@ -347,6 +347,25 @@ mod batch {
     use event_tests::db::{Orders, TestDb};
     use event_tests::fixtures::{Order, OrderPaid, OrderPlaced};
 
+    /// Each body as a message without a broker id.
+    fn received(bodies: &[Vec<u8>]) -> Vec<Received<'_>> {
+        bodies
+            .iter()
+            .map(|b| Received {
+                body: b,
+                message_id: None,
+            })
+            .collect()
+    }
+
+    /// How many of `outcomes` are `Applied`.
+    fn applied(outcomes: &[Processed]) -> usize {
+        outcomes
+            .iter()
+            .filter(|o| **o == Processed::Applied)
+            .count()
+    }
+
     async fn a_failing_event_does_not_poison_its_batch<DB: Orders>(db: &TestDb<DB>) {
         // Ten orders placed and paid: twenty events, two per aggregate, in order.
         let mut uow = UnitOfWork::new(EventContext::new("order-service"));
@@ -379,13 +398,7 @@ mod batch {
             consumer.receive(&bodies[0], None).await.unwrap(),
             Processed::Applied
         );
-        let mut batch: Vec<Received<'_>> = bodies
-            .iter()
-            .map(|b| Received {
-                body: b,
-                message_id: None,
-            })
-            .collect();
+        let mut batch = received(&bodies);
         batch.push(batch[5]);
         let outcomes = consumer.receive_batch(&batch).await.unwrap();
 
@@ -401,11 +414,7 @@ mod batch {
             outcomes[6]
         );
         assert_eq!(outcomes[20], Processed::Duplicate, "the same event twice");
-        let applied = outcomes
-            .iter()
-            .filter(|o| **o == Processed::Applied)
-            .count();
-        assert_eq!(applied, 18, "{outcomes:?}");
+        assert_eq!(applied(&outcomes), 18, "{outcomes:?}");
         assert_eq!(DB::count_orders(db.pool()).await.unwrap(), 10);
         assert_eq!(
             DB::order_status(db.pool(), "o-3").await.unwrap().as_deref(),
@@ -464,25 +473,13 @@ mod batch {
                 Ok(())
             },
         );
-        let batch: Vec<Received<'_>> = bodies
-            .iter()
-            .map(|b| Received {
-                body: b,
-                message_id: None,
-            })
-            .collect();
+        let batch = received(&bodies);
         let outcomes = consumer.receive_batch(&batch).await.unwrap();
         assert!(
             matches!(&outcomes[29], Processed::Quarantined(r) if r == "b-29 has no customer"),
             "{outcomes:?}"
         );
-        assert_eq!(
-            outcomes
-                .iter()
-                .filter(|o| **o == Processed::Applied)
-                .count(),
-            39
-        );
+        assert_eq!(applied(&outcomes), 39);
         assert_eq!(
             DB::count_orders(db.pool()).await.unwrap(),
             10 + 39,
@@ -542,27 +539,14 @@ mod batch {
                 note(format!("{} paid", e.order_id));
                 Ok(())
             });
-        let batch: Vec<Received<'_>> = bodies
-            .iter()
-            .map(|b| Received {
-                body: b,
-                message_id: None,
-            })
-            .collect();
+        let batch = received(&bodies);
         let outcomes = consumer.receive_batch(&batch).await.unwrap();
 
         assert!(
             matches!(&outcomes[6], Processed::Quarantined(r) if r == "lane-3 has no customer"),
             "{outcomes:?}"
         );
-        assert_eq!(
-            outcomes
-                .iter()
-                .filter(|o| **o == Processed::Applied)
-                .count(),
-            15,
-            "{outcomes:?}"
-        );
+        assert_eq!(applied(&outcomes), 15, "{outcomes:?}");
         assert_eq!(DB::count_orders(db.pool()).await.unwrap(), before + 8);
         assert_eq!(
             DB::order_status(db.pool(), "lane-3")
