@@ -117,12 +117,11 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         messages: &[Received<'_>],
         outcomes: &mut [Option<Processed>],
     ) -> Result<(), Error> {
-        // SQLite has one writer, and MySQL's batch reads its inbox rows `FOR UPDATE`, locking
-        // the gaps where the other lanes insert theirs: there a second lane would only wait
-        // for the first.
-        let lanes = match DB::DIALECT {
-            crate::sql::dialect::Dialect::Postgres => self.lanes.min(batch.len()),
-            crate::sql::dialect::Dialect::MySql | crate::sql::dialect::Dialect::Sqlite => 1,
+        // Elsewhere (SQLite, MySQL) a second lane would only wait for the first.
+        let lanes = if DB::DIALECT.concurrent_inbox_batches() {
+            self.lanes.min(batch.len())
+        } else {
+            1
         };
         if lanes <= 1 {
             return self.apply_batch(&batch, messages, outcomes).await;

@@ -37,6 +37,14 @@ impl Dialect {
         !matches!(self, Dialect::Sqlite)
     }
 
+    /// Whether several transactions of one consumer can record their batches in the inbox at
+    /// once: it takes concurrent writers, and an insert that tells the new events by
+    /// `RETURNING` (without it, MySQL reads the inbox rows `FOR UPDATE` first, locking the gaps
+    /// where the other transactions insert theirs).
+    pub(crate) fn concurrent_inbox_batches(self) -> bool {
+        self.concurrent_writers() && self.has_returning()
+    }
+
     /// The row lock a claim's candidate query takes, so that concurrent relays pass over each
     /// other's rows instead of waiting.
     pub(crate) fn skip_locked(self) -> &'static str {
