@@ -337,6 +337,50 @@ mod router {
     event_tests::on_every_backend!(each_type_reaches_its_handler);
 }
 
+/// Bodies that are not events, without a broker message id: each is quarantined under a name
+/// of its own, with its body, and the same body again counts as another attempt.
+mod unreadable {
+    use event_sqlx::{Consumer, Delivered, Processed};
+    use event_tests::db::{Orders, TestDb};
+    use event_tests::fixtures::OrderPlaced;
+
+    async fn each_body_is_quarantined_under_its_own_name<DB: Orders>(db: &TestDb<DB>) {
+        let consumer = Consumer::new(db.pool().clone(), "unreadable-view", "1.0.0")
+            .on(async |_tx: &mut DB::Connection, _e: Delivered<OrderPlaced>| Ok(()));
+        let bodies: [&[u8]; 3] = [b"not an envelope", b"{\"eventId\": 7}", b"not an envelope "];
+        for body in bodies {
+            assert!(matches!(
+                consumer.receive(body, None).await.unwrap(),
+                Processed::Quarantined(_)
+            ));
+        }
+        assert!(matches!(
+            consumer.receive(bodies[0], None).await.unwrap(),
+            Processed::Quarantined(_)
+        ));
+        let mut entries = consumer.quarantined(10).await.unwrap();
+        entries.sort_by(|a, b| a.body.cmp(&b.body));
+        let seen: Vec<(&str, i32)> = entries
+            .iter()
+            .map(|e| (e.body.as_str(), e.retry_count))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("not an envelope", 2),
+                ("not an envelope ", 1),
+                ("{\"eventId\": 7}", 1)
+            ]
+        );
+        for entry in &entries {
+            assert!(entry.event_id.starts_with("body:"), "{}", entry.event_id);
+            assert_eq!(entry.event_id.len(), 37, "{}", entry.event_id);
+        }
+    }
+
+    event_tests::on_every_backend!(each_body_is_quarantined_under_its_own_name);
+}
+
 /// A batch in one transaction, on every backend: duplicates found by the multi-row insert, a
 /// failing event isolated (quarantined) while the others commit, order kept per aggregate.
 mod batch {

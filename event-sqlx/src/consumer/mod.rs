@@ -9,9 +9,7 @@ use crate::clock::Clock;
 use crate::config::backoff::Backoff;
 use crate::error::{Error, HandlerError};
 use crate::inbox::Inbox;
-use crate::route::{
-    BoxRoutes, Delivered, NoRoutes, On, OnBatch, Routes, SendRoutes, UnknownEvents,
-};
+use crate::route::{BoxRoutes, Delivered, NoRoutes, On, OnBatch, SendRoutes, UnknownEvents};
 use crate::sql::dialect::Backend;
 use crate::table::TableName;
 
@@ -505,18 +503,38 @@ mod order {
 }
 
 mod body_digest {
-    /// A stable name for a body that is not an envelope: `body:` and 16 hex digits of FNV-1a.
+    use std::fmt::Write;
+
+    use sha2::{Digest, Sha256};
+
+    /// A stable name for a body that is not an envelope: `body:` and the first 128 bits of its
+    /// SHA-256, in hex (37 characters, within the quarantine's 64 for an event id). A body
+    /// comes from whoever can publish to the broker, so two bodies must not be made to share
+    /// a name: the second would overwrite the first one's quarantine entry.
     pub(super) fn digest(body: &[u8]) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in body {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        let hash = Sha256::digest(body);
+        let mut name = String::with_capacity(37);
+        name.push_str("body:");
+        for byte in &hash[..16] {
+            let _ = write!(name, "{byte:02x}");
         }
-        format!("body:{hash:016x}")
+        name
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_body_is_named_by_its_sha256() {
+            // printf '%s' 'not an envelope' | sha256sum
+            assert_eq!(
+                super::digest(b"not an envelope"),
+                "body:6361b2dd9a13e547309db738ba0215b0"
+            );
+            assert_ne!(super::digest(b"{}"), super::digest(b"{} "));
+            assert!(super::digest(&[0xff; 100_000]).len() <= 64);
+        }
     }
 }
-
-impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {}
 
 impl<DB: Backend, R: Clone> Clone for Consumer<DB, R> {
     fn clone(&self) -> Self {
