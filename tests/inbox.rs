@@ -616,6 +616,44 @@ mod batch {
         );
     }
 
+    /// Lanes run on PostgreSQL alone; asking for them elsewhere says so once, at build time.
+    #[tokio::test]
+    async fn concurrency_where_lanes_do_not_run_logs_a_warning() {
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Logs(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Logs {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let text = || String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let _one = Consumer::new(pool.clone(), "one-lane", "1.0.0").concurrency(1);
+        assert_eq!(text(), "");
+        let _four = Consumer::new(pool, "four-lanes", "1.0.0").concurrency(4);
+        let logged = text();
+        assert!(
+            logged.contains("WARN")
+                && logged.contains("four-lanes")
+                && logged.contains("applies on PostgreSQL only"),
+            "{logged}"
+        );
+    }
+
     /// The batch scenarios on one database: each counts the orders of those before.
     async fn batches_on_one_database<DB: Orders>(db: &TestDb<DB>) {
         a_failing_event_does_not_poison_its_batch(db).await;

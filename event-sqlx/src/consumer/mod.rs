@@ -300,7 +300,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
     /// `n` > 1) on PostgreSQL; events that arrive one at a time are applied one at a time. On
     /// MySQL and SQLite every batch is applied in one transaction: there the lanes would wait
     /// for each other (SQLite has one writer; a MySQL batch locks the inbox's gaps where the
-    /// other lanes insert).
+    /// other lanes insert), and setting more than 1 there logs a warning.
     ///
     /// A lane that fails is handled as a batch that fails (see [`Consumer::receive_batch`]);
     /// the others commit. From 1 to 64: a value out of range is clamped, with a warning.
@@ -314,8 +314,22 @@ impl<DB: Backend, R> Consumer<DB, R> {
                 "consumer concurrency out of range (1 to {MAX_LANES}); using {clamped}"
             );
         }
+        // Lanes run where the database takes them; connections are kept for those alone.
+        let running = if DB::DIALECT.concurrent_inbox_batches() {
+            clamped
+        } else {
+            1
+        };
+        if running < clamped {
+            tracing::warn!(
+                consumer = self.name(),
+                lanes = clamped,
+                "consumer concurrency applies on PostgreSQL only; this database applies each \
+                 batch in one transaction"
+            );
+        }
         self.lanes = clamped;
-        self.inbox = self.inbox.keep_up_to(clamped);
+        self.inbox = self.inbox.keep_up_to(running);
         self
     }
 
