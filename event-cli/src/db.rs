@@ -53,18 +53,9 @@ pub(crate) fn kind(url: &str) -> anyhow::Result<Kind> {
     })
 }
 
-/// The URL without its password, for messages.
+/// The URL without its secrets, for messages (see [`event_sqlx::redact_url`]).
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    event_sqlx::redact_url(url)
 }
 
 /// Opens the outbox at `args.database_url`, with the connect and statement timeouts of `args`:

@@ -126,3 +126,33 @@ fn missing_tables_say_to_migrate_once() {
     assert_eq!(stderr.matches("no such table").count(), 1, "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A password given in the database URL, in its user part or as PostgreSQL's `password`
+/// parameter, is never printed when the database cannot be reached.
+#[test]
+fn a_password_in_the_database_url_is_never_shown() {
+    let dir = std::env::temp_dir();
+    // Nothing listens on port 1.
+    for url in [
+        "postgres://app:s3cret-in-user@127.0.0.1:1/orders",
+        "postgres://app@127.0.0.1:1/orders?sslmode=disable&password=s3cret-in-query",
+    ] {
+        let (code, stderr) = eventctl(
+            &[
+                "outbox",
+                "status",
+                "--database-url",
+                url,
+                "--connect-timeout=2s",
+            ],
+            &dir,
+        );
+        assert!(code != 0 && code != 101, "exit {code}: {stderr}");
+        assert!(
+            stderr.contains("cannot connect to postgres://app"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("***"), "{stderr}");
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+}

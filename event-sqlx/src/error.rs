@@ -204,7 +204,7 @@ impl Error {
     ) -> Error {
         Error::Broker {
             broker,
-            address: redact(address),
+            address: redact_url(address),
             action: action.into(),
             source: source.into(),
         }
@@ -330,9 +330,20 @@ pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
     }
 }
 
-/// `url` with its password, if any, as `***` (`amqp://guest:***@host:5672/%2f`): how a broker's
-/// or database's address appears in errors and logs.
-pub(crate) fn redact(url: &str) -> String {
+/// `url` with its secrets shown as `***`, for errors and logs: the password of its user
+/// (`amqp://guest:***@host:5672/%2f`), a NATS token in the user's place (`nats://***@host`,
+/// and so for `tls://`, `ws://` and `wss://`), and the value of a query parameter whose name
+/// holds `password`, `secret` or `token` (`postgres://app@db/orders?password=***`: PostgreSQL
+/// takes the password there too). Everything else is shown as given, so the message still
+/// names the server.
+///
+/// ```
+/// assert_eq!(
+///     event_sqlx::redact_url("postgres://app:s3cret@db:5432/orders?sslmode=require"),
+///     "postgres://app:***@db:5432/orders?sslmode=require"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|at| at + 3) else {
         return url.to_owned();
     };
@@ -340,16 +351,49 @@ pub(crate) fn redact(url: &str) -> String {
     let authority_end = url[scheme_end..]
         .find(['/', '?', '#'])
         .map_or(url.len(), |at| scheme_end + at);
-    let Some(at) = url[scheme_end..authority_end]
-        .rfind('@')
-        .map(|at| scheme_end + at)
-    else {
-        return url.to_owned();
-    };
-    match url[scheme_end..at].split_once(':') {
-        Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end], &url[at..]),
-        None => url.to_owned(),
+    let mut shown = url[..scheme_end].to_owned();
+    match url[scheme_end..authority_end].rfind('@') {
+        Some(at) => {
+            let at = scheme_end + at;
+            match url[scheme_end..at].split_once(':') {
+                Some((user, _)) => shown.push_str(&format!("{user}:***")),
+                // NATS takes a token where other schemes take a user name.
+                None if ["nats://", "tls://", "ws://", "wss://"].contains(&&url[..scheme_end]) => {
+                    shown.push_str("***");
+                }
+                None => shown.push_str(&url[scheme_end..at]),
+            }
+            shown.push_str(&url[at..authority_end]);
+        }
+        None => shown.push_str(&url[scheme_end..authority_end]),
     }
+    let rest = &url[authority_end..];
+    let (before_fragment, fragment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if secret_key(key) => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            shown.push_str(&pairs.join("&"));
+        }
+        None => shown.push_str(before_fragment),
+    }
+    shown.push_str(fragment);
+    shown
+}
+
+/// Whether a query parameter of this name carries a secret.
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "token"]
+        .iter()
+        .any(|word| key.contains(word))
 }
 
 /// Whether `error`, a broker client's, says the broker refused the login: RabbitMQ's
@@ -427,7 +471,7 @@ pub struct UnreadableRow {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::redact_url;
 
     #[test]
     fn a_password_in_an_address_is_never_shown() {
@@ -437,13 +481,31 @@ mod tests {
                 "amqp://guest:***@127.0.0.1:5672/%2f",
             ),
             ("nats://app:p%40ss@nats:4222", "nats://app:***@nats:4222"),
-            ("nats://token@nats:4222", "nats://token@nats:4222"),
+            // A NATS user without a password is a token.
+            ("nats://s3cret@nats:4222", "nats://***@nats:4222"),
+            ("tls://s3cret@nats:4222", "tls://***@nats:4222"),
+            ("amqp://guest@h:5672/%2f", "amqp://guest@h:5672/%2f"),
             ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
             // An `@` in the path is not a user's.
             ("amqp://h:5672/vhost@x", "amqp://h:5672/vhost@x"),
             ("127.0.0.1:9092", "127.0.0.1:9092"),
+            ("sqlite::memory:", "sqlite::memory:"),
+            ("sqlite://orders.db?mode=rwc", "sqlite://orders.db?mode=rwc"),
+            // Passwords in the query, as PostgreSQL takes them, whatever else is there.
+            (
+                "postgres://app@db/orders?password=s3cret&sslmode=require",
+                "postgres://app@db/orders?password=***&sslmode=require",
+            ),
+            (
+                "postgres://app:pw@db/orders?application_name=a@b&sslPassword=s3cret#x",
+                "postgres://app:***@db/orders?application_name=a@b&sslPassword=***#x",
+            ),
+            (
+                "mysql://root@h/test?auth_token=s3cret",
+                "mysql://root@h/test?auth_token=***",
+            ),
         ] {
-            assert_eq!(redact(url), shown, "{url}");
+            assert_eq!(redact_url(url), shown, "{url}");
         }
     }
 }

@@ -42,7 +42,7 @@ mod worker;
 mod brokers;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{BoxError, Error, HandlerError, UnreadableRow};
+pub use error::{BoxError, Error, HandlerError, UnreadableRow, redact_url};
 pub use wire::{PREVIOUS_SEQUENCE_HEADER, UnknownWireFormat, WireFormat};
 
 /// The old name of [`UnreadableRow`], which `event_core::RecordError` (recording an event on an

@@ -34,13 +34,13 @@ impl Address {
 
 impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::error::redact(&self.0))
+        f.write_str(&crate::error::redact_url(&self.0))
     }
 }
 
 impl std::fmt::Debug for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", crate::error::redact(&self.0))
+        write!(f, "{:?}", crate::error::redact_url(&self.0))
     }
 }
 
