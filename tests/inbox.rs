@@ -728,6 +728,7 @@ mod one_message {
             3,
             "one effect per event"
         );
+        db.cleanup().await;
     }
 
     #[tokio::test]
@@ -831,5 +832,7 @@ mod one_message {
             <Postgres as Orders>::count_orders(db.pool()).await.unwrap(),
             1
         );
+        pool.close().await;
+        db.cleanup().await;
     }
 }
