@@ -117,12 +117,8 @@ impl<DB: Backend, R: Routes<DB>> Consumer<DB, R> {
         messages: &[Received<'_>],
         outcomes: &mut [Option<Processed>],
     ) -> Result<(), Error> {
-        // Elsewhere (SQLite, MySQL) a second lane would only wait for the first.
-        let lanes = if DB::DIALECT.concurrent_inbox_batches() {
-            self.lanes.min(batch.len())
-        } else {
-            1
-        };
+        // `Consumer::concurrency` leaves 1 where lanes cannot run at once.
+        let lanes = self.lanes.min(batch.len());
         if lanes <= 1 {
             return self.apply_batch(&batch, messages, outcomes).await;
         }

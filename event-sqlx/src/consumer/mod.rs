@@ -314,7 +314,8 @@ impl<DB: Backend, R> Consumer<DB, R> {
                 "consumer concurrency out of range (1 to {MAX_LANES}); using {clamped}"
             );
         }
-        // Lanes run where the database takes them; connections are kept for those alone.
+        // Lanes run where the database takes them (SQLite has one writer; MySQL's lanes would
+        // wait for each other); connections are kept for those alone.
         let running = if DB::DIALECT.concurrent_inbox_batches() {
             clamped
         } else {
@@ -328,7 +329,7 @@ impl<DB: Backend, R> Consumer<DB, R> {
                  batch in one transaction"
             );
         }
-        self.lanes = clamped;
+        self.lanes = running;
         self.inbox = self.inbox.keep_up_to(running);
         self
     }
